@@ -1,0 +1,150 @@
+"""/v1/jobs: submit, read, list and cancel jobs; read their metrics, checkpoints and events."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from service.deps import JobDep, PrincipalDep, SessionDep, SettingsDep
+from service.schemas import (
+    CheckpointList,
+    CheckpointPublic,
+    ErrorResponse,
+    EventPublic,
+    JobCreate,
+    JobPublic,
+    MetricPublic,
+    Page,
+)
+from shared import jobs_repo
+from shared.errors import InvalidRequest
+from shared.models import JobStatus
+from shared.spec import check_paths
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorResponse},
+    404: {"model": ErrorResponse},
+    422: {"model": ErrorResponse},
+}
+
+Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
+RowLimit = Annotated[int, Query(ge=1, le=10_000, description="Rows per page")]
+After = Annotated[int | None, Query(ge=0, description="The `next_cursor` of the previous page")]
+
+
+def _page(
+    items: list[JobPublic] | list[MetricPublic] | list[EventPublic], ids: list[int], has_more: bool
+) -> dict:
+    return {"data": items, "has_more": has_more, "next_cursor": str(ids[-1]) if has_more and ids else None}
+
+
+def _parse_statuses(values: list[str]) -> list[JobStatus]:
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in JobStatus.__members__]
+    if unknown:
+        raise InvalidRequest(
+            f"unknown status {unknown[0]!r}; expected one of {', '.join(JobStatus)}", field="status"
+        )
+    return [JobStatus(name) for name in names]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS)
+def create_job(
+    body: JobCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
+) -> JobPublic:
+    """Queue a fine-tuning job. The answer holds the resolved spec: defaults filled in, seed recorded.
+
+    A spec that cannot run (unknown task or field, bad values, paths that leave their folders …)
+    is refused with 422 and nothing is stored.
+    """
+    spec = check_paths(body.spec, settings).with_seed()
+    job = jobs_repo.create_job(
+        session,
+        spec=spec.model_dump(mode="json"),
+        priority=body.priority,
+        metadata=body.metadata,
+        max_attempts=body.max_attempts,
+        owner=principal.owner,
+    )
+    return JobPublic.model_validate(job)
+
+
+@router.get("", response_model=Page[JobPublic], responses=_ERRORS)
+def read_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    status_filter: Annotated[
+        list[str] | None,
+        Query(alias="status", description="Only these statuses (repeat or comma-separate)"),
+    ] = None,
+    limit: Limit = 20,
+    after: After = None,
+) -> dict:
+    """Jobs, newest first, in cursor pages."""
+    jobs, has_more = jobs_repo.list_jobs(
+        session,
+        statuses=_parse_statuses(status_filter or []),
+        after=after,
+        limit=limit,
+        owner=principal.owner_filter,
+    )
+    return _page([JobPublic.model_validate(j) for j in jobs], [j.id for j in jobs], has_more)
+
+
+@router.get("/{job_id}", response_model=JobPublic, responses=_ERRORS)
+def read_job(job: JobDep) -> JobPublic:
+    """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics."""
+    return JobPublic.model_validate(job)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobPublic,
+    responses={
+        **_ERRORS,
+        202: {"model": JobPublic, "description": "Running: the worker will stop it"},
+        409: {"model": ErrorResponse},
+    },
+)
+def cancel_job(job: JobDep, session: SessionDep, principal: PrincipalDep, response: Response) -> JobPublic:
+    """Cancel a job: a queued job at once (200), a running one by its worker (202, `cancelling`).
+
+    409 when the job has already finished.
+    """
+    cancelled = jobs_repo.request_cancel(session, job_id=job.id, owner=principal.owner_filter)
+    if cancelled.status == JobStatus.cancelling:
+        response.status_code = status.HTTP_202_ACCEPTED
+    return JobPublic.model_validate(cancelled)
+
+
+@router.get("/{job_id}/metrics", response_model=Page[MetricPublic], responses=_ERRORS)
+def read_job_metrics(
+    job: JobDep,
+    session: SessionDep,
+    after: After = None,
+    limit: RowLimit = 1000,
+    split: Annotated[str | None, Query(description="train, eval or eval_mismatched")] = None,
+    name: Annotated[str | None, Query(description="e.g. loss, accuracy")] = None,
+) -> dict:
+    """Metric rows in the order they were written; poll with `after=<next_cursor>`."""
+    rows, has_more = jobs_repo.list_metrics(
+        session, job_id=job.id, after=after, limit=limit, split=split, name=name
+    )
+    return _page([MetricPublic.model_validate(r) for r in rows], [r.id for r in rows], has_more)
+
+
+@router.get("/{job_id}/checkpoints", response_model=CheckpointList, responses=_ERRORS)
+def read_job_checkpoints(job: JobDep, session: SessionDep) -> CheckpointList:
+    """The job's saved checkpoints (those save_total_limit kept), oldest first."""
+    rows = jobs_repo.list_checkpoints(session, job_id=job.id)
+    return CheckpointList(data=[CheckpointPublic.model_validate(r) for r in rows])
+
+
+@router.get("/{job_id}/events", response_model=Page[EventPublic], responses=_ERRORS)
+def read_job_events(job: JobDep, session: SessionDep, after: After = None, limit: RowLimit = 1000) -> dict:
+    """State changes and log lines, oldest first; poll with `after=<next_cursor>`."""
+    rows, has_more = jobs_repo.list_events(session, job_id=job.id, after=after, limit=limit)
+    return _page([EventPublic.model_validate(r) for r in rows], [r.id for r in rows], has_more)

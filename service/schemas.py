@@ -1,0 +1,122 @@
+"""Request and response bodies of the HTTP API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared.models import JobStatus
+from shared.spec import JobSpec
+
+T = TypeVar("T")
+
+MAX_METADATA_KEYS = 32
+MAX_METADATA_VALUE_CHARS = 512
+
+
+class JobCreate(BaseModel):
+    """A job to run: the script's arguments under `spec`, plus queue options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: JobSpec
+    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first")
+    metadata: dict[str, str] = Field(default_factory=dict, description="Your own labels, returned as given")
+    max_attempts: int = Field(default=3, ge=1, le=20, description="Runs before a job whose worker died fails")
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_METADATA_KEYS:
+            raise ValueError(f"at most {MAX_METADATA_KEYS} keys")
+        for key, item in value.items():
+            if not key or len(key) > 64:
+                raise ValueError(f"keys are 1 to 64 characters ({key[:70]!r})")
+            if len(item) > MAX_METADATA_VALUE_CHARS:
+                raise ValueError(f"value of {key!r} is longer than {MAX_METADATA_VALUE_CHARS} characters")
+        return value
+
+
+class JobPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    status: JobStatus
+    spec: dict[str, Any] = Field(description="The resolved spec: defaults filled in, seed recorded")
+    priority: int
+    metadata: dict[str, Any] = Field(validation_alias="metadata_")
+    attempts: int
+    max_attempts: int
+    worker_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    error: str | None
+    output_dir: str | None
+    latest_metrics: dict[str, Any] = Field(description="Per split, the newest value of each metric")
+    best_metrics: dict[str, Any] | None = Field(description="The best evaluation by metric_for_best_model")
+    result: dict[str, Any] | None = Field(description="Parameter counts, throughput, peak memory …")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    has_more: bool
+    next_cursor: str | None = Field(description="Pass as `after` for the next page")
+
+
+class MetricPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    epoch: float
+    step: int
+    split: str = Field(description="train, eval or eval_mismatched")
+    name: str
+    value: float
+    created_at: datetime
+
+
+class CheckpointPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    epoch: float
+    step: int
+    path: str
+    metrics: dict[str, Any]
+    created_at: datetime
+    is_best: bool
+
+
+class CheckpointList(BaseModel):
+    data: list[CheckpointPublic]
+
+
+class EventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    created_at: datetime
+    kind: str = Field(description="state (a status change) or log")
+    level: str
+    message: str
+    data: dict[str, Any] | None
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Health(BaseModel):
+    status: str
+    database: str | None = None
+    detail: str | None = None

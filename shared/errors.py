@@ -1,0 +1,71 @@
+"""One exception hierarchy for gluejobs; the API maps it to HTTP in one handler.
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+
+class GluejobsError(Exception):
+    """Something went wrong in gluejobs."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.field = field
+        super().__init__(self.message)
+
+
+class InvalidSpec(GluejobsError):
+    """The job spec is invalid."""
+
+    status_code = 422
+    code = "invalid_spec"
+
+
+class InvalidRequest(GluejobsError):
+    """The request is invalid."""
+
+    status_code = 422
+    code = "invalid_request"
+
+
+class NotFound(GluejobsError):
+    """No such object."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(GluejobsError):
+    """The object is not in a state that allows this."""
+
+    status_code = 409
+    code = "conflict"
+
+
+class Unauthorized(GluejobsError):
+    """A valid `Authorization: Bearer <key>` header is required."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
+class JobFailed(GluejobsError):
+    """The job failed."""
+
+
+def field_error(field: str, message: str, value: object = None) -> ValidationError:
+    """A pydantic ValidationError located at `field`, for model-level checks that concern one field.
+
+    Raised inside a validator, it nests under the parent's location (so the API reports `spec.<field>`).
+    """
+    return ValidationError.from_exception_data(
+        "JobSpec",
+        [InitErrorDetails(type=PydanticCustomError("invalid_spec", message), loc=(field,), input=value)],
+    )

@@ -1,0 +1,509 @@
+"""Every read and write of jobs and their rows, each in its own short transaction.
+
+Functions are keyword-only and small; routes and workers never commit themselves. Writes that
+the same job can repeat after a crash (metrics, checkpoints) are idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from shared.db import read, write
+from shared.errors import Conflict, NotFound
+from shared.models import (
+    ACTIVE_STATUSES,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobMetric,
+    JobStatus,
+    Worker,
+    utcnow,
+)
+from shared.tasks import EVAL_SPLIT, greater_is_better
+
+STATE = "state"
+LOG = "log"
+
+
+# ------------------------------------------------------------------------------------------------
+# Jobs: create, read, list, cancel
+# ------------------------------------------------------------------------------------------------
+
+
+def create_job(
+    session: Session,
+    *,
+    spec: dict[str, Any],
+    priority: int = 0,
+    metadata: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    owner: str | None = None,
+) -> Job:
+    with write(session):
+        job = Job(
+            spec=spec,
+            priority=priority,
+            metadata_=metadata or {},
+            max_attempts=max_attempts,
+            owner=owner,
+            status=JobStatus.queued,
+            latest_metrics={},
+        )
+        session.add(job)
+        session.flush()
+        _event(session, job.id, STATE, "job queued", data={"status": JobStatus.queued})
+    return job
+
+
+def get_job(session: Session, *, job_id: int, owner: str | None = None) -> Job:
+    """The job, or NotFound. With `owner` set, another key's job is not found either."""
+    with read(session):
+        job = session.get(Job, job_id)
+    if job is None or (owner is not None and job.owner != owner):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(
+    session: Session,
+    *,
+    statuses: Sequence[JobStatus] = (),
+    after: int | None = None,
+    limit: int = 20,
+    owner: str | None = None,
+) -> tuple[list[Job], bool]:
+    """Newest first; `after` is the id of the last job of the previous page."""
+    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    if statuses:
+        query = query.where(Job.status.in_(statuses))
+    if after is not None:
+        query = query.where(Job.id < after)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    with read(session):
+        jobs = list(session.scalars(query))
+    return jobs[:limit], len(jobs) > limit
+
+
+def request_cancel(session: Session, *, job_id: int, owner: str | None = None) -> Job:
+    """Queued jobs are cancelled at once; running ones become `cancelling` until their worker stops them."""
+    now = utcnow()
+    with write(session):
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None or (owner is not None and job.owner != owner):
+            raise NotFound(f"job {job_id} not found")
+        if job.status.is_terminal:
+            raise Conflict(f"job {job_id} has already finished ({job.status})")
+        if job.status == JobStatus.queued:
+            job.status, job.finished_at = JobStatus.cancelled, now
+            _event(session, job.id, STATE, "job cancelled before it started", data={"status": job.status})
+        elif job.status == JobStatus.running:
+            job.status = JobStatus.cancelling
+            _event(session, job.id, STATE, "cancellation requested", data={"status": job.status})
+        job.cancel_requested_at = job.cancel_requested_at or now
+    return job
+
+
+# ------------------------------------------------------------------------------------------------
+# The queue: claim, heartbeat, finish, leases
+# ------------------------------------------------------------------------------------------------
+
+
+def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | None:
+    """Claim the next queued job (priority, then age) in one atomic statement, or None.
+
+    Postgres: the row is picked with FOR UPDATE SKIP LOCKED, so concurrent workers each take a
+    different job without waiting. SQLite: the statement runs under the single write lock.
+    """
+    now = utcnow()
+    next_id = (
+        select(Job.id)
+        .where(Job.status == JobStatus.queued)
+        .order_by(Job.priority.desc(), Job.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    statement = (
+        update(Job)
+        .where(Job.id == next_id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.running,
+            worker_id=worker_id,
+            attempts=Job.attempts + 1,
+            started_at=func.coalesce(Job.started_at, now),
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            updated_at=now,
+            error=None,
+        )
+        .returning(Job)
+        .execution_options(synchronize_session=False)
+    )
+    with write(session):
+        job = session.scalars(statement).one_or_none()
+        if job is not None:
+            _event(
+                session,
+                job.id,
+                STATE,
+                f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
+                data={"status": JobStatus.running, "worker_id": worker_id, "attempt": job.attempts},
+            )
+            session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=job.id))
+    return job
+
+
+def heartbeat(session: Session, *, job_id: int, worker_id: str, lease_s: float) -> JobStatus | None:
+    """Renew the lease; the job's status, or None when this worker no longer holds it."""
+    now = utcnow()
+    with write(session):
+        status = session.scalars(
+            update(Job)
+            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .values(lease_expires_at=now + timedelta(seconds=lease_s))
+            .returning(Job.status)
+        ).one_or_none()
+        session.execute(update(Worker).where(Worker.id == worker_id).values(heartbeat_at=now))
+    return status
+
+
+def set_output_dir(session: Session, *, job_id: int, worker_id: str, output_dir: str) -> None:
+    with write(session):
+        session.execute(
+            update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(output_dir=output_dir)
+        )
+
+
+def finish_job(
+    session: Session,
+    *,
+    job_id: int,
+    worker_id: str,
+    status: JobStatus,
+    error: str | None = None,
+    result: dict[str, Any] | None = None,
+) -> bool:
+    """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
+    now = utcnow()
+    values: dict[str, Any] = {"status": status, "finished_at": now, "lease_expires_at": None, "error": error}
+    if result is not None:
+        values["result"] = result
+    with write(session):
+        done = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .values(**values)
+            .returning(Job.id)
+        ).one_or_none()
+        if done is not None:
+            message = f"job {status}" + (f": {error}" if error else "")
+            level = "error" if status == JobStatus.failed else "info"
+            _event(session, job_id, STATE, message, level=level, data={"status": status})
+        session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=None))
+    return done is not None
+
+
+def release_job(session: Session, *, job_id: int, worker_id: str, reason: str) -> bool:
+    """Put a job this worker holds back in the queue without spending an attempt (worker shutdown)."""
+    with write(session):
+        job = session.scalars(
+            update(Job)
+            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status == JobStatus.running)
+            .values(
+                status=JobStatus.queued,
+                worker_id=None,
+                lease_expires_at=None,
+                attempts=Job.attempts - 1,
+            )
+            .returning(Job.id)
+        ).one_or_none()
+        if job is not None:
+            _event(session, job_id, STATE, f"job requeued: {reason}", data={"status": JobStatus.queued})
+        session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=None))
+    return job is not None
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    job_id: int
+    requeued: bool
+
+
+def recover_expired_leases(session: Session, *, now: datetime | None = None) -> list[ExpiredLease]:
+    """Jobs whose worker stopped heartbeating go back to the queue while attempts remain, else fail.
+
+    A job that was being cancelled is cancelled instead. The next attempt resumes from the newest
+    checkpoint.
+    """
+    now = now or utcnow()
+    outcomes: list[ExpiredLease] = []
+    with write(session):
+        stale = session.scalars(
+            select(Job)
+            .where(Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
+            .with_for_update(skip_locked=True)
+        ).all()
+        for job in stale:
+            lost = f"worker {job.worker_id} stopped renewing its lease"
+            if job.status == JobStatus.cancelling:
+                job.status, job.finished_at = JobStatus.cancelled, now
+                _event(session, job.id, STATE, f"job cancelled ({lost})", data={"status": job.status})
+            elif job.attempts < job.max_attempts:
+                job.status = JobStatus.queued
+                _event(
+                    session,
+                    job.id,
+                    STATE,
+                    f"job requeued: {lost}",
+                    level="warning",
+                    data={"status": job.status},
+                )
+            else:
+                job.status, job.finished_at = JobStatus.failed, now
+                job.error = f"{lost}, and all {job.max_attempts} attempts are spent"
+                _event(
+                    session,
+                    job.id,
+                    STATE,
+                    f"job failed: {job.error}",
+                    level="error",
+                    data={"status": job.status},
+                )
+            job.worker_id, job.lease_expires_at = None, None
+            outcomes.append(ExpiredLease(job.id, job.status == JobStatus.queued))
+    return outcomes
+
+
+# ------------------------------------------------------------------------------------------------
+# What a running job reports: metrics, checkpoints, events, the result
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    epoch: float
+    step: int
+    split: str
+    name: str
+    value: float
+
+
+def add_metrics(
+    session: Session,
+    *,
+    job_id: int,
+    rows: Iterable[MetricRow],
+    best_metric: str | None = None,
+) -> int:
+    """Insert metric rows, skipping any (split, name, step) the job already has; the count inserted.
+
+    The job's latest metrics (per split) and best evaluation are updated in the same transaction.
+    """
+    rows = list(rows)
+    if not rows:
+        return 0
+    now = utcnow()
+    values = [
+        {
+            "job_id": job_id,
+            "epoch": r.epoch,
+            "step": r.step,
+            "split": r.split,
+            "name": r.name,
+            "value": r.value,
+            "created_at": now,
+        }
+        for r in rows
+    ]
+    with write(session):
+        insert = _insert_for(session)(JobMetric).values(values)
+        insert = insert.on_conflict_do_nothing(index_elements=["job_id", "split", "name", "step"])
+        inserted = session.execute(insert.returning(JobMetric.id)).all()
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        latest = dict(job.latest_metrics or {})
+        for r in rows:
+            split = dict(latest.get(r.split, {}))
+            if r.step >= split.get("step", -1):
+                split.update({r.name: r.value, "step": r.step, "epoch": r.epoch})
+            latest[r.split] = split
+        job.latest_metrics = latest
+        if best_metric is not None:
+            _update_best(job, rows, best_metric)
+    return len(inserted)
+
+
+def _update_best(job: Job, rows: list[MetricRow], metric: str) -> None:
+    evals = {r.name: r.value for r in rows if r.split == EVAL_SPLIT}
+    if metric not in evals:
+        return
+    value = evals[metric]
+    best = job.best_metrics
+    better = greater_is_better(metric)
+    if best is None or (value > best["value"] if better else value < best["value"]):
+        step = next(r.step for r in rows if r.split == EVAL_SPLIT)
+        epoch = next(r.epoch for r in rows if r.split == EVAL_SPLIT)
+        job.best_metrics = {"metric": metric, "value": value, "step": step, "epoch": epoch, "metrics": evals}
+
+
+def add_checkpoint(
+    session: Session,
+    *,
+    job_id: int,
+    step: int,
+    epoch: float,
+    path: str,
+    metrics: dict[str, float],
+    is_best: bool = False,
+) -> None:
+    with write(session):
+        if is_best:
+            session.execute(update(Checkpoint).where(Checkpoint.job_id == job_id).values(is_best=False))
+        insert = _insert_for(session)(Checkpoint).values(
+            job_id=job_id,
+            step=step,
+            epoch=epoch,
+            path=path,
+            metrics=metrics,
+            is_best=is_best,
+            created_at=utcnow(),
+        )
+        session.execute(
+            insert.on_conflict_do_update(
+                index_elements=["job_id", "step"],
+                set_={"path": path, "metrics": metrics, "is_best": is_best, "epoch": epoch},
+            )
+        )
+
+
+def delete_checkpoints(session: Session, *, job_id: int, steps: Sequence[int]) -> None:
+    """Forget checkpoints whose folders were removed (save_total_limit)."""
+    if not steps:
+        return
+    with write(session):
+        session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step.in_(steps)))
+
+
+def add_event(
+    session: Session,
+    *,
+    job_id: int,
+    message: str,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+) -> None:
+    with write(session):
+        _event(session, job_id, LOG, message, level=level, data=data)
+
+
+def set_result(session: Session, *, job_id: int, result: dict[str, Any]) -> None:
+    with write(session):
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is not None:
+            job.result = {**(job.result or {}), **result}
+
+
+def _event(
+    session: Session,
+    job_id: int,
+    kind: str,
+    message: str,
+    *,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+) -> None:
+    session.add(
+        JobEvent(job_id=job_id, kind=kind, level=level, message=message, data=data, created_at=utcnow())
+    )
+
+
+def _insert_for(session: Session) -> Any:
+    """The dialect's INSERT, which knows ON CONFLICT (SQLite and Postgres spell it the same)."""
+    bind = session.get_bind()
+    return postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading a job's rows with cursors: each page is an index range scan, whatever the job's size.
+# ------------------------------------------------------------------------------------------------
+
+
+def list_metrics(
+    session: Session,
+    *,
+    job_id: int,
+    after: int | None = None,
+    limit: int = 1000,
+    split: str | None = None,
+    name: str | None = None,
+) -> tuple[list[JobMetric], bool]:
+    query = select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.id).limit(limit + 1)
+    if after is not None:
+        query = query.where(JobMetric.id > after)
+    if split is not None:
+        query = query.where(JobMetric.split == split)
+    if name is not None:
+        query = query.where(JobMetric.name == name)
+    with read(session):
+        rows = list(session.scalars(query))
+    return rows[:limit], len(rows) > limit
+
+
+def list_events(
+    session: Session, *, job_id: int, after: int | None = None, limit: int = 1000
+) -> tuple[list[JobEvent], bool]:
+    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id).limit(limit + 1)
+    if after is not None:
+        query = query.where(JobEvent.id > after)
+    with read(session):
+        rows = list(session.scalars(query))
+    return rows[:limit], len(rows) > limit
+
+
+def list_checkpoints(session: Session, *, job_id: int) -> list[Checkpoint]:
+    with read(session):
+        return list(
+            session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
+        )
+
+
+def newest_checkpoint(session: Session, *, job_id: int) -> Checkpoint | None:
+    with read(session):
+        return session.scalars(
+            select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc()).limit(1)
+        ).one_or_none()
+
+
+# ------------------------------------------------------------------------------------------------
+# Workers
+# ------------------------------------------------------------------------------------------------
+
+
+def register_worker(session: Session, *, worker_id: str, hostname: str, pid: int) -> None:
+    now = utcnow()
+    with write(session):
+        session.merge(Worker(id=worker_id, hostname=hostname, pid=pid, started_at=now, heartbeat_at=now))
+
+
+def worker_stopped(session: Session, *, worker_id: str) -> None:
+    with write(session):
+        session.execute(
+            update(Worker).where(Worker.id == worker_id).values(stopped_at=utcnow(), current_job_id=None)
+        )
+
+
+def count_jobs(session: Session, *, statuses: Sequence[JobStatus] = ()) -> int:
+    query = select(func.count()).select_from(Job)
+    if statuses:
+        query = query.where(Job.status.in_(statuses))
+    with read(session):
+        return int(session.scalar(query) or 0)

@@ -1,0 +1,80 @@
+"""The nine GLUE tasks: their text columns, labels and metrics. Pure data, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str
+    text_keys: tuple[str, str | None]
+    # Label names in the id order of the Hub's nyu-mll/glue dataset; None for regression (STS-B).
+    label_names: tuple[str, ...] | None
+    metrics: tuple[str, ...]
+    main_metric: str
+    # Evaluation splits: the Hub split name for each gluejobs split ("eval", "eval_mismatched").
+    eval_splits: tuple[tuple[str, str], ...] = (("eval", "validation"),)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.label_names is None else len(self.label_names)
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """What an evaluation reports: the GLUE metric's names plus combined_score where there are two."""
+        return (*self.metrics, "combined_score") if len(self.metrics) > 1 else self.metrics
+
+
+_ENTAILMENT = ("entailment", "not_entailment")
+
+TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in (
+        GlueTask(
+            "cola",
+            ("sentence", None),
+            ("unacceptable", "acceptable"),
+            ("matthews_correlation",),
+            "matthews_correlation",
+        ),
+        GlueTask("sst2", ("sentence", None), ("negative", "positive"), ("accuracy",), "accuracy"),
+        GlueTask(
+            "mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("accuracy", "f1"), "f1"
+        ),
+        GlueTask("stsb", ("sentence1", "sentence2"), None, ("pearson", "spearmanr"), "pearson"),
+        GlueTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("accuracy", "f1"), "f1"),
+        GlueTask(
+            "mnli",
+            ("premise", "hypothesis"),
+            ("entailment", "neutral", "contradiction"),
+            ("accuracy",),
+            "accuracy",
+            eval_splits=(("eval", "validation_matched"), ("eval_mismatched", "validation_mismatched")),
+        ),
+        GlueTask("qnli", ("question", "sentence"), _ENTAILMENT, ("accuracy",), "accuracy"),
+        GlueTask("rte", ("sentence1", "sentence2"), _ENTAILMENT, ("accuracy",), "accuracy"),
+        GlueTask(
+            "wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment"), ("accuracy",), "accuracy"
+        ),
+    )
+}
+
+# Metrics a job on its own files can report (accuracy for labels, Pearson/Spearman for scores),
+# and anything else metric_for_best_model may name.
+FILE_METRICS = ("accuracy", "pearson", "spearmanr", "combined_score")
+LOSS_METRIC = "loss"
+
+# Splits of the metric rows (contract).
+TRAIN_SPLIT = "train"
+EVAL_SPLIT = "eval"
+EVAL_MISMATCHED_SPLIT = "eval_mismatched"
+
+
+def greater_is_better(metric: str) -> bool:
+    """Every GLUE metric grows with quality; a loss shrinks (Trainer's rule)."""
+    return not metric.endswith("loss")
