@@ -76,12 +76,21 @@ class Database:
 
 @contextmanager
 def read(session: Session) -> Iterator[Session]:
-    with session.begin():
-        yield session
+    """A read transaction. Objects come out detached (fully loaded), so the next transaction on the
+    same session reads the database afresh instead of a stale identity map."""
+    try:
+        with session.begin():
+            yield session
+    finally:
+        session.expunge_all()
 
 
 @contextmanager
 def write(session: Session) -> Iterator[Session]:
-    with session.begin():
-        session.connection(execution_options={WRITE_OPTION: True})
-        yield session
+    """A write transaction (SQLite: BEGIN IMMEDIATE); objects come out detached, as with `read`."""
+    try:
+        with session.begin():
+            session.connection(execution_options={WRITE_OPTION: True})
+            yield session
+    finally:
+        session.expunge_all()

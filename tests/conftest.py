@@ -1,14 +1,33 @@
-"""Shared fixtures: real SQLite files and the real Postgres, real GLUE rows, real tokenizers."""
+"""Shared fixtures: real SQLite files and the real Postgres, real GLUE rows, real tokenizers, tiny models.
+
+Postgres: a template database is migrated once per run and every test gets a fresh clone of it.
+A Postgres that cannot be reached fails the suite (it is part of CI); set
+GLUEJOBS_TEST_SKIP_POSTGRES=1 to skip those tests knowingly on a machine without one.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
+
+from shared.config import Settings
+from shared.db import Database
+from shared.migrate import upgrade
 
 REPO = Path(__file__).resolve().parent.parent
 # The kit beside the repository (CI has it at the same relative path).
 GLUE_DATA = REPO.parent / "shared" / "glue_data"
+POSTGRES_URL = os.environ.get("GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+SKIP_POSTGRES = os.environ.get("GLUEJOBS_TEST_SKIP_POSTGRES") == "1"
+TINY_MODEL = "tiny-bert"
+
+_db_counter = itertools.count()
 
 
 def minilm_dir() -> Path:
@@ -27,3 +46,118 @@ def glue_data() -> Path:
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     return minilm_dir()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Databases
+# ---------------------------------------------------------------------------------------------------
+
+
+def _admin_engine() -> Engine:
+    return create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A migrated template database; the name of it."""
+    if SKIP_POSTGRES:
+        pytest.skip("GLUEJOBS_TEST_SKIP_POSTGRES=1: the Postgres tests were skipped on request")
+    name = f"gluejobs_tpl_{os.getpid()}"
+    try:
+        admin = _admin_engine()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        pytest.fail(f"Postgres at {POSTGRES_URL} is required (set GLUEJOBS_TEST_SKIP_POSTGRES=1 to skip): {exc}")
+    db = Database(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
+    upgrade(db)
+    db.dispose()
+    yield name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_template: str) -> Iterator[str]:
+    name = f"gluejobs_t_{os.getpid()}_{next(_db_counter)}"
+    admin = _admin_engine()
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"'))
+    yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'gluejobs.db'}"
+    db = Database(url)
+    upgrade(db)
+    db.dispose()
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """The tests that take this run on both databases."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    yield database
+    database.dispose()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Models, settings
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """GLUEJOBS_MODELS_DIR with a tiny randomly initialised BERT over MiniLM's tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=512,
+    )
+    BertForSequenceClassification(config).save_pretrained(root / TINY_MODEL)
+    tokenizer.save_pretrained(root / TINY_MODEL)
+    return root
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path, models_dir: Path, glue_data: Path):  # type: ignore[no-untyped-def]
+    def make(database_url: str, **overrides: object) -> Settings:
+        values: dict[str, object] = {
+            "database_url": database_url,
+            "artifacts_dir": tmp_path / "artifacts",
+            "data_dir": tmp_path / "data",
+            "glue_dir": glue_data,
+            "models_dir": models_dir,
+            "cache_dir": tmp_path / "cache",
+            "lease_s": 30.0,
+            "heartbeat_s": 0.5,
+            "poll_interval_s": 0.2,
+            "cancel_grace_s": 5.0,
+        }
+        values.update(overrides)
+        (tmp_path / "data").mkdir(exist_ok=True)
+        return Settings(**values)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def settings(settings_factory, db_url: str) -> Settings:  # type: ignore[no-untyped-def]
+    result: Settings = settings_factory(db_url)
+    return result

@@ -1,0 +1,52 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+# Installed before the project so that pip does not pick a torch for us: on a machine that keeps a
+# CPU build on disk this takes it; elsewhere it is PyPI's default (CUDA) build. Override at will:
+#   make demo TORCH_SPEC="torch==2.5.1"
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install install-test demo stop test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[demo]"
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+## make demo: migrate a SQLite database under ./var, start the API and a worker, fine-tune MiniLM on a
+## small sentiment dataset and print its metrics as they arrive; the API stays up (make stop ends it).
+demo: install
+	$(BIN)/gluejobs migrate
+	$(BIN)/gluejobs demo
+
+stop:
+	$(BIN)/gluejobs demo --stop
+
+## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included.
+test: install-test
+	$(BIN)/pytest
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## make bench: the SST-2 benchmark through the real API and worker (prints one JSON line).
+bench: install-test
+	$(BIN)/python bench/sst2_bench.py
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

