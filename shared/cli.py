@@ -38,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler = {
-        "serve": _serve, "worker": _worker, "submit": _submit, "watch": _watch, "demo": _demo, "migrate": _migrate,
+        "serve": _serve,
+        "worker": _worker,
+        "submit": _submit,
+        "watch": _watch,
+        "demo": _demo,
+        "migrate": _migrate,
     }[args.command]
     try:
         return int(handler(args, extra) or 0)
@@ -64,7 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
 
     submit = commands.add_parser(
-        "submit", help="submit a job: run_glue_no_trainer.py's own flags", allow_abbrev=False,
+        "submit",
+        help="submit a job: run_glue_no_trainer.py's own flags",
+        allow_abbrev=False,
         description="Submit a job. Put `gluejobs submit` in place of `python run_glue_no_trainer.py`; "
         "every flag of the script (and the LoRA/Trainer options) becomes a field of the job spec.",
     )
@@ -74,11 +81,15 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
 
-    watch = commands.add_parser("watch", help="print a job's status and metrics as they arrive, until it ends")
+    watch = commands.add_parser(
+        "watch", help="print a job's status and metrics as they arrive, until it ends"
+    )
     watch.add_argument("job_id", type=int)
     _client_options(watch)
 
-    demo = commands.add_parser("demo", help="start an API and a worker, and fine-tune MiniLM on a small dataset")
+    demo = commands.add_parser(
+        "demo", help="start an API and a worker, and fine-tune MiniLM on a small dataset"
+    )
     demo.add_argument("--port", type=int, default=int(os.environ.get("GLUEJOBS_DEMO_PORT", "8000")))
     demo.add_argument("--stop", action="store_true", help="stop the API and worker a demo left running")
 
@@ -87,8 +98,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("GLUEJOBS_URL", DEFAULT_URL), help="the API's base URL")
-    parser.add_argument("--api-key", default=os.environ.get("GLUEJOBS_API_KEY"), help="a bearer key, if required")
+    parser.add_argument(
+        "--url", default=os.environ.get("GLUEJOBS_URL", DEFAULT_URL), help="the API's base URL"
+    )
+    parser.add_argument(
+        "--api-key", default=os.environ.get("GLUEJOBS_API_KEY"), help="a bearer key, if required"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -164,7 +179,9 @@ def script_flags_to_spec(flags: list[str]) -> dict[str, Any]:
         parser.add_argument(f"--{name}", nargs="?", const="true", default=None)
     values, unknown = parser.parse_known_args(flags)
     if unknown:
-        raise CliError(f"unknown flag(s): {' '.join(unknown)} (see `gluejobs submit --help` and the job spec)")
+        raise CliError(
+            f"unknown flag(s): {' '.join(unknown)} (see `gluejobs submit --help` and the job spec)"
+        )
     spec: dict[str, Any] = {}
     for name, value in vars(values).items():
         if value is None:
@@ -185,7 +202,11 @@ def _is_bool(annotation: Any) -> bool:
         return True
     if get_origin(annotation) is Literal:
         return all(isinstance(a, bool) for a in get_args(annotation))
-    return get_origin(annotation) is not None and bool in get_args(annotation) and get_origin(annotation) is not list
+    return (
+        get_origin(annotation) is not None
+        and bool in get_args(annotation)
+        and get_origin(annotation) is not list
+    )
 
 
 def _is_list(annotation: Any) -> bool:
@@ -243,7 +264,7 @@ def watch_job(client: httpx.Client, job_id: int, *, out: Any = None) -> int:
             last_status = job["status"]
             print(_status_line(job), file=out, flush=True)
         while True:  # every metric row written so far, page by page
-            params = {"limit": 1000, **({"after": cursor} if cursor else {})}
+            params: dict[str, str | int] = {"limit": 1000, **({"after": cursor} if cursor else {})}
             page = _check(client.get(f"/v1/jobs/{job_id}/metrics", params=params))
             for line in _metric_lines(page["data"]):
                 print(line, file=out, flush=True)

@@ -22,8 +22,14 @@ from shared.config import DEFAULT_VAR_DIR, Settings, get_settings
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 MODEL_NAME = "all-MiniLM-L6-v2"
 # The files from_pretrained needs; the package's sentence-transformers extras are left behind.
-MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "vocab.txt")
+MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
 RUN_DIR = DEFAULT_VAR_DIR / "run"
 LOG_DIR = DEFAULT_VAR_DIR / "logs"
 START_TIMEOUT_S = 60.0
@@ -59,11 +65,15 @@ def run_demo(*, port: int) -> int:
         _start("worker", [sys.executable, "-m", "shared.cli", "worker"])
     print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
     with httpx.Client(base_url=url, timeout=30.0) as client:
-        response = client.post("/v1/jobs", json={"spec": demo_spec(), "metadata": {"source": "gluejobs demo"}})
+        response = client.post(
+            "/v1/jobs", json={"spec": demo_spec(), "metadata": {"source": "gluejobs demo"}}
+        )
         response.raise_for_status()
         job = response.json()
-        print(f"submitted job {job['id']}: fine-tune {MODEL_NAME} on the demo sentiment data "
-              f"({_rows('sentiment_train.csv')} train / {_rows('sentiment_validation.csv')} validation rows)")
+        print(
+            f"submitted job {job['id']}: fine-tune {MODEL_NAME} on the demo sentiment data "
+            f"({_rows('sentiment_train.csv')} train / {_rows('sentiment_validation.csv')} validation rows)"
+        )
         print(f"  curl {url}/v1/jobs/{job['id']}")
         code = watch_job(client, job["id"])
     print()
@@ -112,8 +122,9 @@ def _start(name: str, command: list[str]) -> None:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = (LOG_DIR / f"{name}.log").open("ab")
     # A session of its own: the process outlives `make demo`, and a stop reaches its children.
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     (RUN_DIR / f"{name}.pid").write_text(str(process.pid))
 
 
@@ -150,7 +161,9 @@ def _wait_until_ready(url: str) -> None:
         if not _alive("api"):
             raise SystemExit(f"the API did not start; see {LOG_DIR / 'api.log'}")
         time.sleep(0.5)
-    raise SystemExit(f"the API did not answer at {url} within {START_TIMEOUT_S:.0f}s; see {LOG_DIR / 'api.log'}")
+    raise SystemExit(
+        f"the API did not answer at {url} within {START_TIMEOUT_S:.0f}s; see {LOG_DIR / 'api.log'}"
+    )
 
 
 def _rows(name: str) -> int:

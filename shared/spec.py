@@ -13,7 +13,7 @@ import re
 import secrets
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AliasChoices,
@@ -82,7 +82,9 @@ class JobSpec(BaseModel):
     pad_to_max_length: bool = False
     use_slow_tokenizer: bool = False
     ignore_mismatched_sizes: bool = False
-    trust_remote_code: Literal[False] = Field(default=False, description="Remote code is never trusted")
+    trust_remote_code: bool = Field(
+        default=False, description="Must stay false: remote code is never trusted"
+    )
     max_train_samples: PositiveInt | None = None
     max_eval_samples: PositiveInt | None = None
 
@@ -157,6 +159,13 @@ class JobSpec(BaseModel):
                 f"checkpointing_steps must be 'epoch' or a positive number of steps, not {value!r}",
             )
         return data
+
+    @field_validator("trust_remote_code")
+    @classmethod
+    def _no_remote_code(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("remote code is never trusted: a job cannot run code that comes with a model")
+        return value
 
     @field_validator("task_name", mode="before")
     @classmethod

@@ -23,7 +23,9 @@ from shared.migrate import upgrade
 REPO = Path(__file__).resolve().parent.parent
 # The kit beside the repository (CI has it at the same relative path).
 GLUE_DATA = REPO.parent / "shared" / "glue_data"
-POSTGRES_URL = os.environ.get("GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 SKIP_POSTGRES = os.environ.get("GLUEJOBS_TEST_SKIP_POSTGRES") == "1"
 TINY_MODEL = "tiny-bert"
 
@@ -69,7 +71,9 @@ def postgres_template() -> Iterator[str]:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:
-        pytest.fail(f"Postgres at {POSTGRES_URL} is required (set GLUEJOBS_TEST_SKIP_POSTGRES=1 to skip): {exc}")
+        pytest.fail(
+            f"Postgres at {POSTGRES_URL} is required (set GLUEJOBS_TEST_SKIP_POSTGRES=1 to skip): {exc}"
+        )
     db = Database(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
     upgrade(db)
     db.dispose()
@@ -122,15 +126,20 @@ def db(db_url: str) -> Iterator[Database]:
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """GLUEJOBS_MODELS_DIR with a tiny randomly initialised BERT over MiniLM's tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     root = tmp_path_factory.mktemp("models")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=512,
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
     )
-    BertForSequenceClassification(config).save_pretrained(root / TINY_MODEL)
+    # A backbone without a head, like a pretrained checkpoint: each job adds a head of its own size.
+    BertModel(config).save_pretrained(root / TINY_MODEL)
     tokenizer.save_pretrained(root / TINY_MODEL)
     return root
 

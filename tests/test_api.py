@@ -42,13 +42,28 @@ def test_create_job_answers_with_the_resolved_spec(client: TestClient) -> None:
     assert spec["lr_scheduler_type"] == "linear"
     assert spec["eval_strategy"] == "epoch"
     assert isinstance(spec["seed"], int)
-    assert (job["priority"], job["metadata"], job["max_attempts"], job["attempts"]) == (3, {"team": "nlp"}, 5, 0)
+    assert (job["priority"], job["metadata"], job["max_attempts"], job["attempts"]) == (
+        3,
+        {"team": "nlp"},
+        5,
+        0,
+    )
     assert client.get(f"/v1/jobs/{job['id']}").json()["spec"] == spec
 
 
 def test_aliases_and_given_seed_are_kept(client: TestClient) -> None:
-    response = client.post("/v1/jobs", json={"spec": {**SPEC, "max_seq_length": 64, "evaluation_strategy": "no",
-                                                        "seed": 42, "checkpointing_steps": "5"}})
+    response = client.post(
+        "/v1/jobs",
+        json={
+            "spec": {
+                **SPEC,
+                "max_seq_length": 64,
+                "evaluation_strategy": "no",
+                "seed": 42,
+                "checkpointing_steps": "5",
+            }
+        },
+    )
 
     spec = response.json()["spec"]
     assert (spec["max_length"], spec["eval_strategy"], spec["seed"]) == (64, "no", 42)
@@ -119,10 +134,17 @@ def test_cancel_queued_running_and_finished_jobs(client: TestClient, db: Databas
 def test_metrics_poll_with_a_cursor_and_filters(client: TestClient, db: Database) -> None:
     job = submit(client)
     with db.session() as session:
-        jobs_repo.add_metrics(session, job_id=job["id"], rows=[
-            MetricRow(0.5, 10, "train", "loss", 0.69), MetricRow(0.5, 10, "train", "learning_rate", 4e-5),
-            MetricRow(1.0, 20, "eval", "accuracy", 0.75), MetricRow(1.0, 20, "eval", "f1", 0.8),
-        ], best_metric="f1")
+        jobs_repo.add_metrics(
+            session,
+            job_id=job["id"],
+            rows=[
+                MetricRow(0.5, 10, "train", "loss", 0.69),
+                MetricRow(0.5, 10, "train", "learning_rate", 4e-5),
+                MetricRow(1.0, 20, "eval", "accuracy", 0.75),
+                MetricRow(1.0, 20, "eval", "f1", 0.8),
+            ],
+            best_metric="f1",
+        )
 
     page = client.get(f"/v1/jobs/{job['id']}/metrics", params={"limit": 3}).json()
     rest = client.get(f"/v1/jobs/{job['id']}/metrics", params={"after": page["next_cursor"]}).json()
@@ -143,16 +165,31 @@ def test_metrics_poll_with_a_cursor_and_filters(client: TestClient, db: Database
 def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
     job = submit(client)
     with db.session() as session:
-        jobs_repo.add_checkpoint(session, job_id=job["id"], step=46, epoch=1.0, path="/a/checkpoint-46",
-                                 metrics={"accuracy": 0.7}, is_best=True)
+        jobs_repo.add_checkpoint(
+            session,
+            job_id=job["id"],
+            step=46,
+            epoch=1.0,
+            path="/a/checkpoint-46",
+            metrics={"accuracy": 0.7},
+            is_best=True,
+        )
         jobs_repo.add_event(session, job_id=job["id"], message="hello")
 
     checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     events = client.get(f"/v1/jobs/{job['id']}/events").json()
     later = client.get(f"/v1/jobs/{job['id']}/events", params={"after": events["data"][0]["id"]}).json()
 
-    assert checkpoints == [{"epoch": 1.0, "step": 46, "path": "/a/checkpoint-46", "metrics": {"accuracy": 0.7},
-                            "created_at": checkpoints[0]["created_at"], "is_best": True}]
+    assert checkpoints == [
+        {
+            "epoch": 1.0,
+            "step": 46,
+            "path": "/a/checkpoint-46",
+            "metrics": {"accuracy": 0.7},
+            "created_at": checkpoints[0]["created_at"],
+            "is_best": True,
+        }
+    ]
     assert [(e["kind"], e["message"]) for e in events["data"]] == [("state", "job queued"), ("log", "hello")]
     assert [e["message"] for e in later["data"]] == ["hello"]
 
@@ -189,8 +226,16 @@ def test_readiness_fails_on_an_unmigrated_database(settings_factory, tmp_path) -
 def test_openapi_documents_the_job_spec(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
 
-    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel", "/v1/jobs/{job_id}/metrics",
-            "/v1/jobs/{job_id}/checkpoints", "/v1/jobs/{job_id}/events", "/healthz", "/readyz"} <= set(schema["paths"])
+    assert {
+        "/v1/jobs",
+        "/v1/jobs/{job_id}",
+        "/v1/jobs/{job_id}/cancel",
+        "/v1/jobs/{job_id}/metrics",
+        "/v1/jobs/{job_id}/checkpoints",
+        "/v1/jobs/{job_id}/events",
+        "/healthz",
+        "/readyz",
+    } <= set(schema["paths"])
     assert "learning_rate" in schema["components"]["schemas"]["JobSpec"]["properties"]
     assert client.get("/docs").status_code == 200
 
@@ -201,7 +246,9 @@ class TestApiKeys:
         import hashlib
 
         admin_digest = hashlib.sha256(b"admin-key").hexdigest()
-        keyed = settings.model_copy(update={"api_keys": ["alice-key", "bob-key"], "admin_keys": [f"sha256:{admin_digest}"]})
+        keyed = settings.model_copy(
+            update={"api_keys": ["alice-key", "bob-key"], "admin_keys": [f"sha256:{admin_digest}"]}
+        )
         return TestClient(create_app(keyed, db))
 
     @staticmethod

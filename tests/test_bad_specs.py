@@ -24,57 +24,143 @@ def spec(**changes: Any) -> dict[str, Any]:
 
 BAD_SPECS = [
     pytest.param(spec(task_name="glue-ish"), "spec.task_name", "unknown task", id="unknown-task"),
-    pytest.param(spec(task_name=None), "spec.task_name", "give a task_name or a train_file", id="no-task-no-files"),
-    pytest.param(spec(per_device_train_batch_sizes=8), "spec.per_device_train_batch_sizes", "Extra inputs",
-                 id="unknown-field"),
+    pytest.param(
+        spec(task_name=None), "spec.task_name", "give a task_name or a train_file", id="no-task-no-files"
+    ),
+    pytest.param(
+        spec(per_device_train_batch_sizes=8),
+        "spec.per_device_train_batch_sizes",
+        "Extra inputs",
+        id="unknown-field",
+    ),
     pytest.param(spec(learning_rate="fast"), "spec.learning_rate", "valid number", id="wrong-type-float"),
-    pytest.param(spec(num_train_epochs="three"), "spec.num_train_epochs", "valid integer", id="wrong-type-int"),
+    pytest.param(
+        spec(num_train_epochs="three"), "spec.num_train_epochs", "valid integer", id="wrong-type-int"
+    ),
     pytest.param(spec(apply_lora="maybe"), "spec.apply_lora", "valid boolean", id="wrong-type-bool"),
     pytest.param(spec(learning_rate=0), "spec.learning_rate", "greater than 0", id="zero-learning-rate"),
-    pytest.param(spec(learning_rate=-1e-5), "spec.learning_rate", "greater than 0", id="negative-learning-rate"),
-    pytest.param(spec(per_device_train_batch_size=0), "spec.per_device_train_batch_size", "greater than or equal",
-                 id="zero-batch"),
-    pytest.param(spec(per_device_eval_batch_size=-4), "spec.per_device_eval_batch_size", "greater than or equal",
-                 id="negative-eval-batch"),
-    pytest.param(spec(num_train_epochs=0), "spec.num_train_epochs", "greater than or equal", id="zero-epochs"),
-    pytest.param(spec(gradient_accumulation_steps=0), "spec.gradient_accumulation_steps", "greater than or equal",
-                 id="zero-accumulation"),
-    pytest.param(spec(max_train_steps=0), "spec.max_train_steps", "greater than or equal", id="zero-max-steps"),
-    pytest.param(spec(lr_scheduler_type="exponential"), "spec.lr_scheduler_type", "linear", id="unknown-scheduler"),
-    pytest.param(spec(num_warmup_steps=10, warmup_ratio=0.1), "spec.warmup_ratio", "not both", id="both-warmups"),
+    pytest.param(
+        spec(learning_rate=-1e-5), "spec.learning_rate", "greater than 0", id="negative-learning-rate"
+    ),
+    pytest.param(
+        spec(per_device_train_batch_size=0),
+        "spec.per_device_train_batch_size",
+        "greater than or equal",
+        id="zero-batch",
+    ),
+    pytest.param(
+        spec(per_device_eval_batch_size=-4),
+        "spec.per_device_eval_batch_size",
+        "greater than or equal",
+        id="negative-eval-batch",
+    ),
+    pytest.param(
+        spec(num_train_epochs=0), "spec.num_train_epochs", "greater than or equal", id="zero-epochs"
+    ),
+    pytest.param(
+        spec(gradient_accumulation_steps=0),
+        "spec.gradient_accumulation_steps",
+        "greater than or equal",
+        id="zero-accumulation",
+    ),
+    pytest.param(
+        spec(max_train_steps=0), "spec.max_train_steps", "greater than or equal", id="zero-max-steps"
+    ),
+    pytest.param(
+        spec(lr_scheduler_type="exponential"), "spec.lr_scheduler_type", "linear", id="unknown-scheduler"
+    ),
+    pytest.param(
+        spec(num_warmup_steps=10, warmup_ratio=0.1), "spec.warmup_ratio", "not both", id="both-warmups"
+    ),
     pytest.param(spec(warmup_ratio=1.5), "spec.warmup_ratio", "less than 1", id="warmup-ratio-above-one"),
-    pytest.param(spec(apply_lora=True, lora_r=0), "spec.lora_r", "greater than or equal", id="lora-rank-zero"),
+    pytest.param(
+        spec(apply_lora=True, lora_r=0), "spec.lora_r", "greater than or equal", id="lora-rank-zero"
+    ),
     pytest.param(spec(lora_dropout=1.0), "spec.lora_dropout", "less than 1", id="lora-dropout-one"),
     pytest.param(spec(fp16=True, bf16=True), "spec.bf16", "one mixed precision", id="fp16-and-bf16"),
-    pytest.param(spec(eval_strategy="steps"), "spec.eval_steps", "needs eval_steps", id="steps-without-steps"),
-    pytest.param(spec(evaluation_strategy="sometimes"), "spec.evaluation_strategy", "'no', 'epoch' or 'steps'",
-                 id="unknown-eval-strategy"),
-    pytest.param(spec(load_best_model_at_end=True, save_strategy="no"), "spec.save_strategy", "equal to eval",
-                 id="best-model-without-saves"),
-    pytest.param(spec(metric_for_best_model="bleu"), "spec.metric_for_best_model", "not reported",
-                 id="unknown-best-metric"),
-    pytest.param(spec(trust_remote_code=True), "spec.trust_remote_code", "False", id="remote-code"),
+    pytest.param(
+        spec(eval_strategy="steps"), "spec.eval_steps", "needs eval_steps", id="steps-without-steps"
+    ),
+    pytest.param(
+        spec(evaluation_strategy="sometimes"),
+        "spec.evaluation_strategy",
+        "'no', 'epoch' or 'steps'",
+        id="unknown-eval-strategy",
+    ),
+    pytest.param(
+        spec(load_best_model_at_end=True, save_strategy="no"),
+        "spec.save_strategy",
+        "equal to eval",
+        id="best-model-without-saves",
+    ),
+    pytest.param(
+        spec(metric_for_best_model="bleu"),
+        "spec.metric_for_best_model",
+        "not reported",
+        id="unknown-best-metric",
+    ),
+    pytest.param(spec(trust_remote_code=True), "spec.trust_remote_code", "never trusted", id="remote-code"),
     pytest.param(spec(max_length=0), "spec.max_length", "greater than or equal", id="zero-max-length"),
-    pytest.param(spec(task_name=None, train_file="train.txt", validation_file="dev.csv"), "spec.train_file",
-                 "not a data file", id="unknown-file-format"),
-    pytest.param(spec(task_name=None, train_file="train.csv"), "spec.validation_file", "needs a validation_file",
-                 id="train-file-without-validation"),
-    pytest.param(spec(task_name=None, train_file="../outside.csv", validation_file="dev.csv"), "spec.train_file",
-                 "leaves the data folder", id="file-dotdot"),
-    pytest.param(spec(validation_file="sub/../../outside.csv"), "spec.validation_file", "leaves the data folder",
-                 id="file-nested-dotdot"),
-    pytest.param(spec(task_name=None, train_file="/etc/passwd.csv", validation_file="dev.csv"), "spec.train_file",
-                 "absolute and outside", id="file-absolute"),
-    pytest.param(spec(task_name=None, train_file="escape/train.csv", validation_file="dev.csv"), "spec.train_file",
-                 "leaves the data folder", id="file-symlink-out"),
-    pytest.param(spec(test_file="../../x.jsonl"), "spec.test_file", "leaves the data folder", id="test-file-dotdot"),
-    pytest.param(spec(model_name_or_path="../elsewhere/model"), "spec.model_name_or_path", "leaves the models folder",
-                 id="model-dotdot"),
-    pytest.param(spec(model_name_or_path="/opt/models/bert"), "spec.model_name_or_path", "absolute and outside",
-                 id="model-absolute"),
-    pytest.param(spec(model_name_or_path="escape"), "spec.model_name_or_path", "leaves the models folder",
-                 id="model-symlink-out"),
-    pytest.param(spec(model_name_or_path=""), "spec.model_name_or_path", "at least 1 character", id="model-empty"),
+    pytest.param(
+        spec(task_name=None, train_file="train.txt", validation_file="dev.csv"),
+        "spec.train_file",
+        "not a data file",
+        id="unknown-file-format",
+    ),
+    pytest.param(
+        spec(task_name=None, train_file="train.csv"),
+        "spec.validation_file",
+        "needs a validation_file",
+        id="train-file-without-validation",
+    ),
+    pytest.param(
+        spec(task_name=None, train_file="../outside.csv", validation_file="dev.csv"),
+        "spec.train_file",
+        "leaves the data folder",
+        id="file-dotdot",
+    ),
+    pytest.param(
+        spec(validation_file="sub/../../outside.csv"),
+        "spec.validation_file",
+        "leaves the data folder",
+        id="file-nested-dotdot",
+    ),
+    pytest.param(
+        spec(task_name=None, train_file="/etc/passwd.csv", validation_file="dev.csv"),
+        "spec.train_file",
+        "absolute and outside",
+        id="file-absolute",
+    ),
+    pytest.param(
+        spec(task_name=None, train_file="escape/train.csv", validation_file="dev.csv"),
+        "spec.train_file",
+        "leaves the data folder",
+        id="file-symlink-out",
+    ),
+    pytest.param(
+        spec(test_file="../../x.jsonl"), "spec.test_file", "leaves the data folder", id="test-file-dotdot"
+    ),
+    pytest.param(
+        spec(model_name_or_path="../elsewhere/model"),
+        "spec.model_name_or_path",
+        "leaves the models folder",
+        id="model-dotdot",
+    ),
+    pytest.param(
+        spec(model_name_or_path="/opt/models/bert"),
+        "spec.model_name_or_path",
+        "absolute and outside",
+        id="model-absolute",
+    ),
+    pytest.param(
+        spec(model_name_or_path="escape"),
+        "spec.model_name_or_path",
+        "leaves the models folder",
+        id="model-symlink-out",
+    ),
+    pytest.param(
+        spec(model_name_or_path=""), "spec.model_name_or_path", "at least 1 character", id="model-empty"
+    ),
 ]
 
 

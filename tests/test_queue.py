@@ -18,7 +18,9 @@ from shared.models import Base, JobStatus, utcnow
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
 
 
-def _claim_once(url: str, worker_id: str, barrier: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
+def _claim_once(
+    url: str, worker_id: str, barrier: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue
+) -> None:
     db = Database(url)
     barrier.wait()
     with db.session() as session:
@@ -103,7 +105,9 @@ def test_expired_lease_requeues_then_fails_when_attempts_are_spent(db: Database)
         assert jobs_repo.get_job(session, job_id=job.id).status == JobStatus.queued
         # The dead worker's heartbeat and outcome no longer count.
         assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="dead-1", lease_s=60) is None
-        assert not jobs_repo.finish_job(session, job_id=job.id, worker_id="dead-1", status=JobStatus.succeeded)
+        assert not jobs_repo.finish_job(
+            session, job_id=job.id, worker_id="dead-1", status=JobStatus.succeeded
+        )
 
         again = jobs_repo.claim_next(session, worker_id="dead-2", lease_s=60)
         assert again is not None and again.attempts == 2
@@ -161,7 +165,10 @@ def test_metric_rows_are_never_duplicated_and_feed_latest_and_best(db: Database)
 
     assert (first, repeat) == (2, 0)
     assert [(r.step, r.name, r.value) for r in rows] == [
-        (10, "accuracy", 0.7), (10, "loss", 0.6), (20, "accuracy", 0.65), (20, "loss", 0.5)
+        (10, "accuracy", 0.7),
+        (10, "loss", 0.6),
+        (20, "accuracy", 0.65),
+        (20, "loss", 0.5),
     ]
     assert not has_more
     assert stored.latest_metrics["eval"] == {"accuracy": 0.65, "loss": 0.5, "step": 20, "epoch": 2.0}
@@ -173,7 +180,9 @@ def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
         jobs_repo.add_metrics(
-            session, job_id=job.id, rows=[MetricRow(s / 10, s, "train", "loss", 1 / (s + 1)) for s in range(250)]
+            session,
+            job_id=job.id,
+            rows=[MetricRow(s / 10, s, "train", "loss", 1 / (s + 1)) for s in range(250)],
         )
         seen, after = [], None
         while True:
@@ -189,10 +198,12 @@ def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
 def test_checkpoints_mark_one_best_and_forget_rotated_ones(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        jobs_repo.add_checkpoint(session, job_id=job.id, step=10, epoch=1.0, path="/c/10", metrics={"a": 1.0},
-                                 is_best=True)
-        jobs_repo.add_checkpoint(session, job_id=job.id, step=20, epoch=2.0, path="/c/20", metrics={"a": 2.0},
-                                 is_best=True)
+        jobs_repo.add_checkpoint(
+            session, job_id=job.id, step=10, epoch=1.0, path="/c/10", metrics={"a": 1.0}, is_best=True
+        )
+        jobs_repo.add_checkpoint(
+            session, job_id=job.id, step=20, epoch=2.0, path="/c/20", metrics={"a": 2.0}, is_best=True
+        )
         jobs_repo.add_checkpoint(session, job_id=job.id, step=30, epoch=3.0, path="/c/30", metrics={"a": 0.5})
         jobs_repo.delete_checkpoints(session, job_id=job.id, steps=[10])
         rows = jobs_repo.list_checkpoints(session, job_id=job.id)

@@ -66,15 +66,15 @@ def newest_checkpoint(checkpoints_dir: Path) -> Path | None:
 
 
 def rotate(checkpoints_dir: Path, *, keep: int | None, best_step: int | None) -> list[int]:
-    """Delete the oldest checkpoints beyond `keep` (never the best one); the steps deleted."""
+    """Keep the newest `keep` checkpoints, and the best one besides (as transformers.Trainer does);
+    delete the rest. The steps deleted."""
+    for leftover in checkpoints_dir.glob(f"{CHECKPOINT_PREFIX}*.partial"):
+        shutil.rmtree(leftover, ignore_errors=True)
     if keep is None:
         return []
     steps = saved_steps(checkpoints_dir)
-    removable = [s for s in steps if s != best_step]
-    excess = len(steps) - keep
-    doomed = removable[:excess] if excess > 0 else []
+    retained = set(steps[-keep:]) | ({best_step} if best_step is not None else set())
+    doomed = [step for step in steps if step not in retained]
     for step in doomed:
         shutil.rmtree(checkpoint_path(checkpoints_dir, step), ignore_errors=True)
-    for leftover in checkpoints_dir.glob(f"{CHECKPOINT_PREFIX}*.partial"):
-        shutil.rmtree(leftover, ignore_errors=True)
     return doomed

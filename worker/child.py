@@ -45,10 +45,18 @@ class DatabaseReporter:
         with self.db.session() as session:
             jobs_repo.add_metrics(session, job_id=self.job_id, rows=rows, best_metric=self.best_metric)
 
-    def checkpoint(self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool) -> None:
+    def checkpoint(
+        self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
+    ) -> None:
         with self.db.session() as session:
             jobs_repo.add_checkpoint(
-                session, job_id=self.job_id, step=step, epoch=epoch, path=path, metrics=metrics, is_best=is_best
+                session,
+                job_id=self.job_id,
+                step=step,
+                epoch=epoch,
+                path=path,
+                metrics=metrics,
+                is_best=is_best,
             )
 
     def checkpoints_deleted(self, steps: list[int]) -> None:
@@ -60,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.child")
     parser.add_argument("--job-id", type=int, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s [job {args.job_id}] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s [job {args.job_id}] %(name)s: %(message)s"
+    )
     rank = int(os.environ.get("RANK", "0"))
     settings = get_settings()
     db = Database(settings.database_url)
@@ -76,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         from worker.training import run_training
 
         result = run_training(
-            spec, settings, output_dir=output_dir,
-            reporter=DatabaseReporter(db, args.job_id, spec.best_metric), resume_from=resume_from,
+            spec,
+            settings,
+            output_dir=output_dir,
+            reporter=DatabaseReporter(db, args.job_id, spec.best_metric),
+            resume_from=resume_from,
         )
         if rank == 0:
             with db.session() as session:

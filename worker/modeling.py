@@ -40,13 +40,17 @@ def resolve_model(name_or_path: str, settings: Settings) -> str:
     if local.is_dir():
         return str(local)
     if Path(name_or_path).is_absolute() or is_local_model_reference(name_or_path):
-        raise ModelError(f"model folder {name_or_path!r} not found under GLUEJOBS_MODELS_DIR ({settings.models_dir})")
+        raise ModelError(
+            f"model folder {name_or_path!r} not found under GLUEJOBS_MODELS_DIR ({settings.models_dir})"
+        )
     return name_or_path
 
 
 def load_tokenizer(model: str, spec: JobSpec) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(model, use_fast=not spec.use_slow_tokenizer, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(
+            model, use_fast=not spec.use_slow_tokenizer, trust_remote_code=False
+        )
     except Exception as exc:  # transformers raises many types here: OSError, ValueError, …
         raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
 
@@ -79,7 +83,13 @@ def load_model(
             dtype=torch.float32,
         )
     except Exception as exc:
-        raise ModelError(f"could not load model {model!r}: {exc}") from exc
+        hint = ""
+        if "ignore_mismatched_sizes" in str(exc):
+            hint = (
+                f" (its classification head does not have {num_labels} output(s); set ignore_mismatched_sizes"
+                " to replace the head with a new one)"
+            )
+        raise ModelError(f"could not load model {model!r}: {exc}{hint}") from exc
     return loaded
 
 
@@ -99,7 +109,7 @@ def apply_lora(model: PreTrainedModel, spec: JobSpec) -> nn.Module:
     lora_config = LoraConfig(
         task_type=TaskType.SEQ_CLS,
         r=spec.lora_r,
-        lora_alpha=spec.lora_alpha,
+        lora_alpha=spec.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
         lora_dropout=spec.lora_dropout,
         target_modules=spec.lora_target_modules,
     )
@@ -126,7 +136,8 @@ def optimizer_parameter_groups(model: nn.Module, weight_decay: float) -> list[di
     matching the modules' types, as transformers.Trainer does, catches them all.
     """
     no_decay = _no_decay_parameter_names(model)
-    decay_params, no_decay_params = [], []
+    decay_params: list[nn.Parameter] = []
+    no_decay_params: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if param.requires_grad:
             (no_decay_params if name in no_decay else decay_params).append(param)

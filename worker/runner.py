@@ -47,7 +47,9 @@ class JobOutcome:
 
 
 class Worker:
-    def __init__(self, settings: Settings, db: Database | None = None, *, worker_id: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, db: Database | None = None, *, worker_id: str | None = None
+    ) -> None:
         self.settings = settings
         self.db = db or Database(settings.database_url)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{token_hex(3)}"
@@ -58,8 +60,9 @@ class Worker:
     def run(self, *, exit_when_idle: bool = False, max_jobs: int | None = None) -> list[JobOutcome]:
         """Work until stopped (or, with exit_when_idle, until the queue is empty)."""
         with self.db.session() as session:
-            jobs_repo.register_worker(session, worker_id=self.worker_id, hostname=socket.gethostname(),
-                                      pid=os.getpid())
+            jobs_repo.register_worker(
+                session, worker_id=self.worker_id, hostname=socket.gethostname(), pid=os.getpid()
+            )
         logger.info("worker %s started", self.worker_id)
         outcomes: list[JobOutcome] = []
         try:
@@ -97,8 +100,11 @@ class Worker:
     def _recover_expired_leases(self) -> None:
         with self.db.session() as session:
             for expired in jobs_repo.recover_expired_leases(session):
-                logger.warning("job %s: its worker stopped heartbeating; %s", expired.job_id,
-                               "requeued" if expired.requeued else "no attempts left")
+                logger.warning(
+                    "job %s: its worker stopped heartbeating; %s",
+                    expired.job_id,
+                    "requeued" if expired.requeued else "no attempts left",
+                )
 
     # --- one job --------------------------------------------------------------------------------
 
@@ -109,7 +115,9 @@ class Worker:
             log_dir(output_dir).mkdir(parents=True, exist_ok=True)
             clear_errors(output_dir)
             with self.db.session() as session:
-                jobs_repo.set_output_dir(session, job_id=job.id, worker_id=self.worker_id, output_dir=str(output_dir))
+                jobs_repo.set_output_dir(
+                    session, job_id=job.id, worker_id=self.worker_id, output_dir=str(output_dir)
+                )
             log_path = log_dir(output_dir) / f"attempt-{job.attempts}.log"
             logger.info("job %s: attempt %d, log %s", job.id, job.attempts, log_path)
             returncode, stopped = self._run_child(job, log_path)
@@ -124,8 +132,11 @@ class Worker:
     def _run_child(self, job: Job, log_path: Path) -> tuple[int, Stop | None]:
         with log_path.open("ab") as log:
             child = subprocess.Popen(
-                child_command(job), stdout=log, stderr=subprocess.STDOUT, env=child_environment(self.settings),
-                start_new_session=True,  # its own process group: a stop reaches `accelerate launch`'s children
+                child_command(job),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_environment(self.settings),
+                start_new_session=True,  # its own process group: a stop reaches all of `accelerate launch`
             )
             stopped = self._supervise(job, child)
             return child.wait(), stopped
@@ -138,10 +149,7 @@ class Worker:
                 return None
             except subprocess.TimeoutExpired:
                 pass
-            if self._stopping.is_set():
-                stop = Stop.shutdown
-            else:
-                stop = self._heartbeat(job)
+            stop = Stop.shutdown if self._stopping.is_set() else self._heartbeat(job)
             if stop is not None:
                 logger.info("job %s: stopping its process (%s)", job.id, stop)
                 terminate(child, grace_s=self.settings.cancel_grace_s)
@@ -150,8 +158,9 @@ class Worker:
     def _heartbeat(self, job: Job) -> Stop | None:
         try:
             with self.db.session() as session:
-                status = jobs_repo.heartbeat(session, job_id=job.id, worker_id=self.worker_id,
-                                             lease_s=self.settings.lease_s)
+                status = jobs_repo.heartbeat(
+                    session, job_id=job.id, worker_id=self.worker_id, lease_s=self.settings.lease_s
+                )
         except Exception:  # a database blip: keep the job running and try again next beat
             logger.exception("job %s: heartbeat failed", job.id)
             return None
@@ -159,7 +168,9 @@ class Worker:
             return Stop.lease_lost
         return Stop.cancelled if status == JobStatus.cancelling else None
 
-    def _outcome(self, job: Job, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None) -> JobOutcome:
+    def _outcome(
+        self, job: Job, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None
+    ) -> JobOutcome:
         if stopped == Stop.cancelled:
             return JobOutcome(job.id, JobStatus.cancelled)
         if stopped in (Stop.shutdown, Stop.lease_lost):
@@ -172,19 +183,33 @@ class Worker:
         try:
             with self.db.session() as session:
                 if outcome.status is not None:
-                    recorded = jobs_repo.finish_job(session, job_id=outcome.job_id, worker_id=self.worker_id,
-                                                    status=outcome.status, error=outcome.error)
+                    recorded = jobs_repo.finish_job(
+                        session,
+                        job_id=outcome.job_id,
+                        worker_id=self.worker_id,
+                        status=outcome.status,
+                        error=outcome.error,
+                    )
                     if not recorded:
-                        logger.warning("job %s: no longer ours; outcome %s not recorded", outcome.job_id,
-                                       outcome.status)
+                        logger.warning(
+                            "job %s: no longer ours; outcome %s not recorded", outcome.job_id, outcome.status
+                        )
                 elif outcome.stopped == Stop.shutdown:
-                    jobs_repo.release_job(session, job_id=outcome.job_id, worker_id=self.worker_id,
-                                          reason=f"worker {self.worker_id} shut down")
+                    jobs_repo.release_job(
+                        session,
+                        job_id=outcome.job_id,
+                        worker_id=self.worker_id,
+                        reason=f"worker {self.worker_id} shut down",
+                    )
         except Exception:
             # The lease will expire and another worker will pick the job up again.
             logger.exception("job %s: could not record its outcome", outcome.job_id)
-        logger.info("job %s: %s%s", outcome.job_id, outcome.status or outcome.stopped,
-                    f" ({outcome.error.splitlines()[0]})" if outcome.status and outcome.error else "")
+        logger.info(
+            "job %s: %s%s",
+            outcome.job_id,
+            outcome.status or outcome.stopped,
+            f" ({outcome.error.splitlines()[0]})" if outcome.status and outcome.error else "",
+        )
 
 
 def child_command(job: Job) -> list[str]:
@@ -192,8 +217,17 @@ def child_command(job: Job) -> list[str]:
     if processes == 1:
         return [sys.executable, "-m", "worker.child", "--job-id", str(job.id)]
     return [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
-        "--num_machines", "1", "--module", "worker.child", "--job-id", str(job.id),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--module",
+        "worker.child",
+        "--job-id",
+        str(job.id),
     ]
 
 

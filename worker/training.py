@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow.compute
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
@@ -55,7 +56,9 @@ class Reporter(Protocol):
 
     def metrics(self, *, step: int, epoch: float, split: str, values: dict[str, float]) -> None: ...
 
-    def checkpoint(self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool) -> None: ...
+    def checkpoint(
+        self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
+    ) -> None: ...
 
     def checkpoints_deleted(self, steps: list[int]) -> None: ...
 
@@ -108,7 +111,10 @@ def run_training(
     raw = load_raw_data(spec, settings)
     with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
         data = tokenize_data(
-            raw, tokenizer, max_length=spec.max_length, pad_to_max_length=spec.pad_to_max_length,
+            raw,
+            tokenizer,
+            max_length=spec.max_length,
+            pad_to_max_length=spec.pad_to_max_length,
             cache_dir=settings.cache_dir,
         )
     report.log(
@@ -118,7 +124,9 @@ def run_training(
         data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
     )
     model: Any = load_model(
-        model_source, spec, num_labels=1 if raw.is_regression else len(raw.label_names or ()),
+        model_source,
+        spec,
+        num_labels=1 if raw.is_regression else len(raw.label_names or ()),
         label_names=raw.label_names,
     )
     if spec.apply_lora:
@@ -126,7 +134,8 @@ def run_training(
     counts = parameter_counts(model)
     report.log(
         f"parameters: {counts['trainable_params']:,} trainable of {counts['total_params']:,} "
-        f"({counts['trainable_percent']}%)", data=counts,
+        f"({counts['trainable_percent']}%)",
+        data=counts,
     )
 
     train_dataloader, eval_dataloaders, length_sampler = _make_dataloaders(data, tokenizer, spec, accelerator)
@@ -156,8 +165,10 @@ def run_training(
     start_epoch, skip_batches = 0, 0
     if resume_from is not None:
         start_epoch, skip_batches = _resume(accelerator, resume_from, progress, spec)
-        report.log(f"resumed from {resume_from.name} at step {progress.completed_steps}",
-                   data={"checkpoint": str(resume_from), "step": progress.completed_steps})
+        report.log(
+            f"resumed from {resume_from.name} at step {progress.completed_steps}",
+            data={"checkpoint": str(resume_from), "step": progress.completed_steps},
+        )
 
     report.log(
         f"training: {num_epochs} epochs, {max_train_steps} optimizer steps, "
@@ -236,8 +247,10 @@ def run_training(
         best = checkpoints.checkpoint_path(checkpoints_dir, progress.best_step)
         accelerator.load_state(str(best))
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
-        report.log(f"loaded the best checkpoint (step {progress.best_step}, {spec.best_metric} "
-                   f"{progress.best_value:.4f}) for the final model")
+        report.log(
+            f"loaded the best checkpoint (step {progress.best_step}, {spec.best_metric} "
+            f"{progress.best_value:.4f}) for the final model"
+        )
     _save_final_model(accelerator, model, tokenizer, output_dir, spec, report)
     if data.test is not None:
         _write_predictions(accelerator, model, data, tokenizer, spec, raw.label_names, output_dir, report)
@@ -280,11 +293,18 @@ def _make_dataloaders(
     sampler = None
     if spec.group_by_length:
         # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
-        lengths = [len(ids) for ids in data.train["input_ids"]]
+        lengths = pyarrow.compute.list_value_length(data.train.data.column("input_ids")).to_pylist()
         sampler = LengthGroupedSampler(spec.per_device_train_batch_size, lengths=lengths)
+    assert spec.seed is not None
     train = DataLoader(
-        data.train, shuffle=sampler is None, sampler=sampler, collate_fn=collate,
+        data.train,
+        shuffle=sampler is None,
+        sampler=sampler,
+        collate_fn=collate,
         batch_size=spec.per_device_train_batch_size,
+        # A generator of its own: otherwise each epoch's iterator draws from the global RNG, and a
+        # resumed run's dropout masks would drift from those of the run it continues.
+        generator=torch.Generator().manual_seed(spec.seed),
     )
     evals = {
         split: DataLoader(ds, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
@@ -333,7 +353,9 @@ def _evaluate_all(
     """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
     main: dict[str, float] = {}
     for split, dataloader in dataloaders.items():
-        metrics = evaluate(model, dataloader, accelerator, task_name=spec.task_name, is_regression=is_regression)
+        metrics = evaluate(
+            model, dataloader, accelerator, task_name=spec.task_name, is_regression=is_regression
+        )
         report.metrics(step=progress.completed_steps, epoch=progress.epoch, split=split, values=metrics)
         if split == EVAL_SPLIT:
             main = metrics
@@ -343,8 +365,10 @@ def _evaluate_all(
     if value is not None and _improves(value, progress.best_value, spec.best_metric):
         progress.best_value, progress.best_step = value, progress.completed_steps
     summary = ", ".join(f"{k} {v:.4f}" for k, v in main.items())
-    report.log(f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary}",
-               data={"step": progress.completed_steps, "metrics": main})
+    report.log(
+        f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary}",
+        data={"step": progress.completed_steps, "metrics": main},
+    )
     return main
 
 
@@ -355,7 +379,12 @@ def _improves(value: float, best: float | None, metric: str) -> bool:
 
 
 def evaluate(
-    model: Any, dataloader: DataLoader, accelerator: Accelerator, *, task_name: str | None, is_regression: bool
+    model: Any,
+    dataloader: DataLoader,
+    accelerator: Accelerator,
+    *,
+    task_name: str | None,
+    is_regression: bool,
 ) -> dict[str, float]:
     """The GLUE metrics and the loss over a whole split, gathered from every process."""
     model.eval()
@@ -401,10 +430,17 @@ def _save_checkpoint(
         checkpoints.publish(staging, final)
     accelerator.wait_for_everyone()
     progress.last_save_step = step
-    report.checkpoint(step=step, epoch=progress.epoch, path=str(final), metrics=metrics,
-                      is_best=bool(metrics) and progress.best_step == step)
+    report.checkpoint(
+        step=step,
+        epoch=progress.epoch,
+        path=str(final),
+        metrics=metrics,
+        is_best=bool(metrics) and progress.best_step == step,
+    )
     if accelerator.is_main_process:
-        deleted = checkpoints.rotate(checkpoints_dir, keep=spec.save_total_limit, best_step=progress.best_step)
+        deleted = checkpoints.rotate(
+            checkpoints_dir, keep=spec.save_total_limit, best_step=progress.best_step
+        )
         if deleted:
             report.checkpoints_deleted(deleted)
     accelerator.wait_for_everyone()
@@ -440,7 +476,9 @@ def _save_final_model(
         # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
         unwrapped.save_pretrained(str(output_dir), is_main_process=True)
         tokenizer.save_pretrained(str(output_dir))
-        report.log(f"saved the {'LoRA adapter' if spec.apply_lora else 'model'} and tokenizer to {output_dir}")
+        report.log(
+            f"saved the {'LoRA adapter' if spec.apply_lora else 'model'} and tokenizer to {output_dir}"
+        )
         if spec.apply_lora and spec.save_merged_model:
             merged_dir = output_dir / "merged"
             unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
@@ -463,7 +501,9 @@ def _write_predictions(
     assert data.test is not None
     test = data.test.remove_columns([c for c in data.test.column_names if c == "labels"])
     collate = default_data_collator if spec.pad_to_max_length else DataCollatorWithPadding(tokenizer)
-    dataloader = accelerator.prepare(DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size))
+    dataloader = accelerator.prepare(
+        DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
+    )
     model.eval()
     outputs = []
     with torch.no_grad():
@@ -498,7 +538,9 @@ class _MainProcessReporter:
         if self._is_main:
             self._reporter.metrics(step=step, epoch=epoch, split=split, values=values)
 
-    def checkpoint(self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool) -> None:
+    def checkpoint(
+        self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
+    ) -> None:
         if self._is_main:
             self._reporter.checkpoint(step=step, epoch=epoch, path=path, metrics=metrics, is_best=is_best)
 

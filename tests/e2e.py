@@ -1,0 +1,114 @@
+"""Helpers for end-to-end tests: a real uvicorn server on a free port, and real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from service.main import create_app
+from shared.config import Settings
+from worker.runner import child_environment
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def live_api(settings: Settings) -> Iterator[httpx.Client]:
+    """The real app behind a real socket, in a thread; a client for it."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the API did not start")
+        time.sleep(0.05)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    env = child_environment(settings)
+    env["HF_HUB_OFFLINE"] = "1"  # no Hub here: fail at once instead of retrying
+    env["HF_DATASETS_OFFLINE"] = "1"
+    return env
+
+
+def start_worker(settings: Settings, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    out = log.open("ab") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker", *args],
+        cwd=REPO,
+        env=worker_env(settings),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def run_worker_until_idle(settings: Settings, log: Path, timeout_s: float = 600) -> None:
+    worker = start_worker(settings, "--exit-when-idle", log=log)
+    try:
+        assert worker.wait(timeout_s) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+
+
+def submit(client: httpx.Client, spec: dict[str, Any], **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/jobs", json={"spec": spec, **body})
+    assert response.status_code == 201, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def get(client: httpx.Client, path: str, **params: Any) -> Any:
+    response = client.get(path, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def all_metrics(client: httpx.Client, job_id: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    after = None
+    while True:
+        page = get(client, f"/v1/jobs/{job_id}/metrics", **({"after": after} if after else {}))
+        rows += page["data"]
+        if not page["has_more"]:
+            return rows
+        after = page["next_cursor"]
+
+
+def wait_for(predicate: Any, timeout_s: float = 300, interval_s: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")

@@ -1,0 +1,158 @@
+"""The offline GLUE metric: the GLUE metric's definitions and names, and no NaN for undefined cases."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
+
+from shared.tasks import FILE_METRICS, TASKS
+from worker.glue_metric import compute_metrics
+
+RNG = np.random.default_rng(0)
+CLASS_PREDS = RNG.integers(0, 2, size=200)
+CLASS_REFS = np.where(RNG.random(200) < 0.7, CLASS_PREDS, 1 - CLASS_PREDS)
+SCORES_REFS = RNG.uniform(0, 5, size=200)
+SCORES_PREDS = SCORES_REFS + RNG.normal(0, 1.5, size=200)
+
+
+@pytest.fixture(autouse=True)
+def no_warnings() -> Iterator[None]:
+    """Every metric here must be computed without a warning (they end up in worker logs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def metrics_for(task_name: str, preds: np.ndarray, refs: np.ndarray) -> dict[str, float]:
+    return compute_metrics(task_name, preds, refs, is_regression=TASKS[task_name].is_regression)
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_each_task_reports_its_metric_names_as_plain_floats(task_name: str) -> None:
+    task = TASKS[task_name]
+    preds, refs = (SCORES_PREDS, SCORES_REFS) if task.is_regression else (CLASS_PREDS, CLASS_REFS)
+
+    metrics = metrics_for(task_name, preds, refs)
+
+    assert tuple(metrics) == task.metric_names
+    assert all(type(value) is float for value in metrics.values())
+
+
+def test_accuracy_by_hand() -> None:
+    metrics = metrics_for("sst2", np.array([0, 1, 1, 0]), np.array([0, 1, 0, 0]))
+
+    assert metrics == {"accuracy": 0.75}
+
+
+def test_accuracy_and_f1_by_hand() -> None:
+    # tp=2, fp=1, fn=1: precision = recall = f1 = 2/3; accuracy 2/4.
+    metrics = metrics_for("mrpc", np.array([1, 1, 1, 0]), np.array([1, 0, 1, 1]))
+
+    assert metrics == pytest.approx({"accuracy": 0.5, "f1": 2 / 3, "combined_score": (0.5 + 2 / 3) / 2})
+
+
+@pytest.mark.parametrize("task_name", ["mrpc", "qqp"])
+def test_accuracy_and_f1_agree_with_sklearn(task_name: str) -> None:
+    metrics = metrics_for(task_name, CLASS_PREDS, CLASS_REFS)
+
+    f1 = f1_score(CLASS_REFS, CLASS_PREDS)
+    accuracy = float(np.mean(CLASS_PREDS == CLASS_REFS))
+    assert metrics == pytest.approx({"accuracy": accuracy, "f1": f1, "combined_score": (accuracy + f1) / 2})
+
+
+def test_matthews_correlation_agrees_with_sklearn_and_by_hand() -> None:
+    assert metrics_for("cola", CLASS_PREDS, CLASS_REFS) == pytest.approx(
+        {"matthews_correlation": matthews_corrcoef(CLASS_REFS, CLASS_PREDS)}
+    )
+    labels = np.array([0, 1, 1, 0, 1])
+    assert metrics_for("cola", labels, labels) == {"matthews_correlation": 1.0}
+    assert metrics_for("cola", 1 - labels, labels) == {"matthews_correlation": -1.0}
+
+
+def test_pearson_and_spearman_agree_with_scipy() -> None:
+    metrics = metrics_for("stsb", SCORES_PREDS, SCORES_REFS)
+
+    pearson = pearsonr(SCORES_PREDS, SCORES_REFS)[0]
+    spearman = spearmanr(SCORES_PREDS, SCORES_REFS)[0]
+    expected = {"pearson": pearson, "spearmanr": spearman, "combined_score": (pearson + spearman) / 2}
+    assert metrics == pytest.approx(expected)
+
+
+def test_spearman_sees_rank_order_where_pearson_sees_a_curve() -> None:
+    refs = np.array([1.0, 2.0, 3.0, 4.0])
+
+    metrics = metrics_for("stsb", refs**3, refs)
+
+    assert metrics["spearmanr"] == pytest.approx(1.0)
+    assert 0.9 < metrics["pearson"] < 1.0
+
+
+def test_regression_output_of_shape_n_by_1_is_accepted() -> None:
+    metrics = metrics_for("stsb", SCORES_PREDS[:, None], SCORES_REFS)
+
+    assert metrics == metrics_for("stsb", SCORES_PREDS, SCORES_REFS)
+
+
+@pytest.mark.parametrize(
+    ("is_regression", "names"), [(False, ("accuracy",)), (True, ("pearson", "spearmanr", "combined_score"))]
+)
+def test_jobs_on_their_own_files(is_regression: bool, names: tuple[str, ...]) -> None:
+    preds, refs = (SCORES_PREDS, SCORES_REFS) if is_regression else (CLASS_PREDS, CLASS_REFS)
+
+    metrics = compute_metrics(None, preds, refs, is_regression=is_regression)
+
+    assert tuple(metrics) == names
+    assert set(metrics) <= set(FILE_METRICS)
+
+
+def test_many_classes_on_own_files() -> None:
+    metrics = compute_metrics(None, np.array([0, 4, 2, 2]), np.array([0, 4, 2, 3]), is_regression=False)
+
+    assert metrics == {"accuracy": 0.75}
+
+
+@pytest.mark.parametrize(
+    ("preds", "refs"),
+    [
+        (np.full(6, 2.5), np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])),  # a fresh model predicts one value
+        (np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]), np.full(6, 3.0)),  # a subset whose scores are all equal
+        (np.array([1.0]), np.array([2.0])),  # a single example
+        (np.array([np.nan, 1.0, 2.0]), np.array([0.0, 1.0, 2.0])),  # a diverged model
+    ],
+)
+def test_undefined_correlations_score_zero_without_warnings(preds: np.ndarray, refs: np.ndarray) -> None:
+    assert metrics_for("stsb", preds, refs) == {"pearson": 0.0, "spearmanr": 0.0, "combined_score": 0.0}
+    assert compute_metrics(None, preds, refs, is_regression=True)["combined_score"] == 0.0
+
+
+def test_constant_class_predictions_score_zero_without_warnings() -> None:
+    zeros = np.zeros(6, dtype=np.int64)
+    refs = np.array([0, 1, 0, 1, 1, 0])
+
+    assert metrics_for("cola", zeros, refs) == {"matthews_correlation": 0.0}
+    assert metrics_for("mrpc", zeros, refs) == {"accuracy": 0.5, "f1": 0.0, "combined_score": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("preds", "refs", "message"),
+    [
+        (np.array([0, 1]), np.array([0, 1, 1]), "2 predictions but 3 references"),
+        (np.array([]), np.array([]), "no predictions"),
+        (np.zeros((3, 2)), np.array([0, 1, 1]), "one value per example"),
+    ],
+)
+def test_bad_input_is_refused(preds: np.ndarray, refs: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        metrics_for("sst2", preds, refs)
+
+
+def test_unknown_task_and_wrong_kind_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown GLUE task"):
+        compute_metrics("squad", CLASS_PREDS, CLASS_REFS, is_regression=False)
+    with pytest.raises(ValueError, match="stsb is a regression task"):
+        compute_metrics("stsb", CLASS_PREDS, CLASS_REFS, is_regression=False)
