@@ -216,19 +216,20 @@ def child_command(job: Job) -> list[str]:
     processes = int(job.spec.get("num_processes") or 1)
     if processes == 1:
         return [sys.executable, "-m", "worker.child", "--job-id", str(job.id)]
+    # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
+    # without a GPU the processes share the CPU over gloo, which is how the tests run it.
     return [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        str(processes),
-        "--num_machines",
-        "1",
-        "--module",
-        "worker.child",
-        "--job-id",
-        str(job.id),
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+        "--num_machines", "1", "--main_process_port", str(_free_port()), "--dynamo_backend", "no",
+        "--module", "worker.child", "--job-id", str(job.id),
     ]
+
+
+def _free_port() -> int:
+    """A port for the job's rendezvous: two multi-process jobs on one machine must not share one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def child_environment(settings: Settings) -> dict[str, str]:
