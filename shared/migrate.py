@@ -30,7 +30,7 @@ PG_MIGRATION_LOCK_ID = 0x6A0B5
 def alembic_config() -> Config:
     if not (ALEMBIC_DIR / "env.py").is_file():
         raise RuntimeError(
-            f"the migrations are not at {ALEMBIC_DIR}: install gluejobs from its source folder (pip install -e .)"
+            f"the migrations are not at {ALEMBIC_DIR}: install gluejobs from its source (pip install -e .)"
         )
     config = Config()
     config.set_main_option("script_location", str(ALEMBIC_DIR))

@@ -337,3 +337,31 @@ def _kill_orphans(settings: Settings, job_id: int) -> None:
     out = subprocess.run(["pgrep", "-f", f"worker.child --job-id {job_id}"], capture_output=True, text=True)
     for pid in out.stdout.split():
         os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_two_process_job_through_accelerate_launch(e2e_settings: Settings, tmp_path: Path) -> None:
+    """num_processes 2: `accelerate launch` runs two ranks (over gloo here, GPUs elsewhere); predictions
+    are gathered from both and only rank 0 writes rows."""
+    with live_api(e2e_settings) as client:
+        job = submit(
+            client,
+            {**SMALL, "task_name": "mrpc", "num_processes": 2, "max_eval_samples": 45, "logging_steps": 1},
+        )
+
+        run_worker_until_idle(e2e_settings, tmp_path / "worker.log")
+
+        done = get(client, f"/v1/jobs/{job['id']}")
+        assert done["status"] == "succeeded", done["error"]
+        assert done["result"]["num_processes"] == 2
+        rows = all_metrics(client, job["id"])
+        # 64 rows over 2 ranks × batch 16 = 2 steps per epoch, 3 epochs.
+        train_losses = [r for r in rows if r["split"] == "train" and r["name"] == "loss"]
+        assert [r["step"] for r in train_losses] == [1, 2, 3, 4, 5, 6]
+        learning_rates = [r["value"] for r in rows if r["name"] == "learning_rate"]
+        assert learning_rates[-1] == pytest.approx(0.0, abs=1e-12)  # the schedule ends with the training
+        # gather_for_metrics drops the padding a 45-row split gets on 2 ranks: accuracy is a multiple of 1/45.
+        accuracy = [r["value"] for r in rows if r["name"] == "accuracy"]
+        assert all(abs(a * 45 - round(a * 45)) < 1e-6 for a in accuracy)
+        events = [e["message"] for e in get(client, f"/v1/jobs/{job['id']}/events")["data"]]
+        assert sum(m.startswith("parameters:") for m in events) == 1

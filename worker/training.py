@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -96,6 +97,8 @@ def run_training(
     if spec.fp16 and not torch.cuda.is_available():
         raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
     accelerator = Accelerator(
+        # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
+        cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available(),
         mixed_precision=spec.mixed_precision,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         # Each epoch's order follows from (seed, epoch), so a resumed run sees the same batches.
@@ -141,24 +144,26 @@ def run_training(
     train_dataloader, eval_dataloaders, length_sampler = _make_dataloaders(data, tokenizer, spec, accelerator)
     optimizer = make_optimizer(model, spec)
 
-    # --- the schedule (the script's arithmetic, counted in optimizer updates) -------------------
+    model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
+        model, optimizer, train_dataloader, *eval_dataloaders.values()
+    )
+    eval_dataloaders = dict(zip(eval_dataloaders, prepared_evals, strict=True))
+
+    # --- the schedule: the script's arithmetic, in optimizer updates of one process --------------
+    # Counted after `prepare`, which shards the batches across processes.
     steps_per_epoch = math.ceil(len(train_dataloader) / spec.gradient_accumulation_steps)
     max_train_steps = spec.max_train_steps or spec.num_train_epochs * steps_per_epoch
     num_epochs = math.ceil(max_train_steps / steps_per_epoch)
     warmup_steps = spec.num_warmup_steps or math.ceil(spec.warmup_ratio * max_train_steps)
-    # Accelerate steps a prepared scheduler once per process per update, hence the factors.
-    lr_scheduler = get_scheduler(
-        name=spec.lr_scheduler_type,
-        optimizer=optimizer,
-        num_warmup_steps=warmup_steps * accelerator.num_processes,
-        num_training_steps=max_train_steps * accelerator.num_processes,
+    # A prepared scheduler steps once per process per update, hence the factors (as in the script).
+    lr_scheduler = accelerator.prepare(
+        get_scheduler(
+            name=spec.lr_scheduler_type,
+            optimizer=optimizer,
+            num_warmup_steps=warmup_steps * accelerator.num_processes,
+            num_training_steps=max_train_steps * accelerator.num_processes,
+        )
     )
-    model, optimizer, train_dataloader, lr_scheduler, *prepared_evals = accelerator.prepare(
-        model, optimizer, train_dataloader, lr_scheduler, *eval_dataloaders.values()
-    )
-    eval_dataloaders = dict(zip(eval_dataloaders, prepared_evals, strict=True))
-    # Preparing shards the data across processes: recount as the script does.
-    steps_per_epoch = math.ceil(len(train_dataloader) / spec.gradient_accumulation_steps)
     progress = _Progress(steps_per_epoch=steps_per_epoch)
     checkpoints_dir = output_dir / "checkpoints"
 
@@ -422,6 +427,8 @@ def _save_checkpoint(
         return
     final = checkpoints.checkpoint_path(checkpoints_dir, step)
     staging = checkpoints.staging_path(final)
+    staging.mkdir(parents=True, exist_ok=True)  # every rank writes into it; none may find it missing
+    accelerator.wait_for_everyone()
     accelerator.save_state(str(staging))  # every process writes its part (optimizer shards, RNG)
     accelerator.wait_for_everyone()  # all parts are written before the folder is renamed
     if accelerator.is_main_process:
