@@ -246,12 +246,14 @@ class JobSpec(BaseModel):
         names = TASKS[self.task_name].metric_names if self.task_name else FILE_METRICS
         return (*names, LOSS_METRIC)
 
-    @property
-    def best_metric(self) -> str:
-        """The metric that picks the best checkpoint (`metric_for_best_model`, else the task's main one)."""
+    def best_metric(self, *, is_regression: bool) -> str:
+        """The metric that picks the best checkpoint: metric_for_best_model, else the task's main
+        metric, else (a job on its own files) accuracy for labels and pearson for scores."""
         if self.metric_for_best_model:
             return self.metric_for_best_model
-        return TASKS[self.task_name].main_metric if self.task_name else "accuracy"
+        if self.task_name:
+            return TASKS[self.task_name].main_metric
+        return "pearson" if is_regression else "accuracy"
 
     @property
     def mixed_precision(self) -> str:

@@ -64,9 +64,10 @@ TASKS: dict[str, GlueTask] = {
     )
 }
 
-# Metrics a job on its own files can report (accuracy for labels, Pearson/Spearman for scores),
-# and anything else metric_for_best_model may name.
-FILE_METRICS = ("accuracy", "pearson", "spearmanr", "combined_score")
+# What a job on its own files reports: accuracy for labels, Pearson/Spearman for scores.
+FILE_CLASSIFICATION_METRICS = ("accuracy",)
+FILE_REGRESSION_METRICS = ("pearson", "spearmanr", "combined_score")
+FILE_METRICS = FILE_CLASSIFICATION_METRICS + FILE_REGRESSION_METRICS
 LOSS_METRIC = "loss"
 
 # Splits of the metric rows (contract).

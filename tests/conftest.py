@@ -63,7 +63,7 @@ def _admin_engine() -> Engine:
 def postgres_template() -> Iterator[str]:
     """A migrated template database; the name of it."""
     if SKIP_POSTGRES:
-        pytest.skip("GLUEJOBS_TEST_SKIP_POSTGRES=1: the Postgres tests were skipped on request")
+        pytest.skip(reason="GLUEJOBS_TEST_SKIP_POSTGRES=1: the Postgres tests were skipped on request")
     name = f"gluejobs_tpl_{os.getpid()}"
     try:
         admin = _admin_engine()

@@ -37,7 +37,9 @@ class RecordingReporter:
     def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
         self.logs.append(message)
 
-    def metrics(self, *, step: int, epoch: float, split: str, values: dict[str, float]) -> None:
+    def metrics(
+        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
+    ) -> None:
         self.rows += [(step, epoch, split, name, value) for name, value in values.items()]
 
     def checkpoint(
@@ -313,3 +315,53 @@ def test_test_file_gets_predictions(train_settings: Settings, tmp_path: Path) ->
 def test_a_model_that_does_not_load_fails_clearly(train_settings: Settings, tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="not found under GLUEJOBS_MODELS_DIR"):
         train(make_spec(model_name_or_path="./no-such-model"), train_settings, tmp_path)
+
+
+def _write_scores(settings: Settings) -> None:
+    folder = settings.data_dir / "scores"
+    folder.mkdir(parents=True)
+    rows = "\n".join(
+        f"sentence number {i} is {'great' if i % 3 else 'poor'},{(i % 3) * 2.5:.1f}" for i in range(48)
+    )
+    (folder / "train.csv").write_text("text,label\n" + rows + "\n")
+    (folder / "dev.csv").write_text("text,label\n" + rows + "\n")
+
+
+def test_own_score_files_rank_checkpoints_by_pearson(train_settings: Settings, tmp_path: Path) -> None:
+    _write_scores(train_settings)
+    spec = make_spec(
+        task_name=None,
+        train_file="scores/train.csv",
+        validation_file="scores/dev.csv",
+        max_train_samples=None,
+        max_eval_samples=None,
+        num_train_epochs=2,
+        save_strategy="epoch",
+        load_best_model_at_end=True,
+    )
+
+    reporter, result, _ = train(spec, train_settings, tmp_path)
+
+    pearson = dict(reporter.values("eval", "pearson"))
+    assert result["best_step"] == max(pearson, key=pearson.__getitem__)
+    assert {name for _, _, split, name, _ in reporter.rows if split == "eval"} == {
+        "pearson",
+        "spearmanr",
+        "combined_score",
+        "loss",
+    }
+
+
+def test_best_metric_that_scores_do_not_report_fails_clearly(
+    train_settings: Settings, tmp_path: Path
+) -> None:
+    _write_scores(train_settings)
+    spec = make_spec(
+        task_name=None,
+        train_file="scores/train.csv",
+        validation_file="scores/dev.csv",
+        metric_for_best_model="accuracy",
+    )
+
+    with pytest.raises(JobFailed, match="'accuracy' is not reported for this data"):
+        train(spec, train_settings, tmp_path)

@@ -31,19 +31,20 @@ logger = logging.getLogger("worker.child")
 class DatabaseReporter:
     """The training loop's Reporter: every call is one short transaction."""
 
-    def __init__(self, db: Database, job_id: int, best_metric: str) -> None:
+    def __init__(self, db: Database, job_id: int) -> None:
         self.db = db
         self.job_id = job_id
-        self.best_metric = best_metric
 
     def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
         with self.db.session() as session:
             jobs_repo.add_event(session, job_id=self.job_id, message=message, level=level, data=data)
 
-    def metrics(self, *, step: int, epoch: float, split: str, values: dict[str, float]) -> None:
+    def metrics(
+        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
+    ) -> None:
         rows = [MetricRow(epoch=epoch, step=step, split=split, name=k, value=v) for k, v in values.items()]
         with self.db.session() as session:
-            jobs_repo.add_metrics(session, job_id=self.job_id, rows=rows, best_metric=self.best_metric)
+            jobs_repo.add_metrics(session, job_id=self.job_id, rows=rows, best_metric=best_metric)
 
     def checkpoint(
         self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             spec,
             settings,
             output_dir=output_dir,
-            reporter=DatabaseReporter(db, args.job_id, spec.best_metric),
+            reporter=DatabaseReporter(db, args.job_id),
             resume_from=resume_from,
         )
         if rank == 0:

@@ -34,7 +34,14 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from shared.config import Settings
 from shared.errors import JobFailed
 from shared.spec import JobSpec
-from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT, greater_is_better
+from shared.tasks import (
+    EVAL_SPLIT,
+    FILE_CLASSIFICATION_METRICS,
+    FILE_REGRESSION_METRICS,
+    LOSS_METRIC,
+    TRAIN_SPLIT,
+    greater_is_better,
+)
 from worker import checkpoints
 from worker.data import TokenizedData, load_raw_data, tokenize_data
 from worker.glue_metric import compute_metrics
@@ -55,7 +62,10 @@ class Reporter(Protocol):
 
     def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None: ...
 
-    def metrics(self, *, step: int, epoch: float, split: str, values: dict[str, float]) -> None: ...
+    def metrics(
+        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
+    ) -> None:
+        """`best_metric` names the value among `values` that ranks evaluations (eval split only)."""
 
     def checkpoint(
         self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
@@ -68,6 +78,7 @@ class Reporter(Protocol):
 class _Progress:
     """Counters of the loop, kept together so the helpers below can read them."""
 
+    best_metric: str
     completed_steps: int = 0
     steps_per_epoch: int = 1
     best_value: float | None = None
@@ -112,6 +123,7 @@ def run_training(
     model_source = resolve_model(spec.model_name_or_path, settings)
     tokenizer = load_tokenizer(model_source, spec)
     raw = load_raw_data(spec, settings)
+    best_metric = _best_metric(spec, raw.is_regression)
     with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
         data = tokenize_data(
             raw,
@@ -164,7 +176,7 @@ def run_training(
             num_training_steps=max_train_steps * accelerator.num_processes,
         )
     )
-    progress = _Progress(steps_per_epoch=steps_per_epoch)
+    progress = _Progress(steps_per_epoch=steps_per_epoch, best_metric=best_metric)
     checkpoints_dir = output_dir / "checkpoints"
 
     start_epoch, skip_batches = 0, 0
@@ -253,7 +265,7 @@ def run_training(
         accelerator.load_state(str(best))
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
         report.log(
-            f"loaded the best checkpoint (step {progress.best_step}, {spec.best_metric} "
+            f"loaded the best checkpoint (step {progress.best_step}, {best_metric} "
             f"{progress.best_value:.4f}) for the final model"
         )
     _save_final_model(accelerator, model, tokenizer, output_dir, spec, report)
@@ -361,13 +373,19 @@ def _evaluate_all(
         metrics = evaluate(
             model, dataloader, accelerator, task_name=spec.task_name, is_regression=is_regression
         )
-        report.metrics(step=progress.completed_steps, epoch=progress.epoch, split=split, values=metrics)
+        report.metrics(
+            step=progress.completed_steps,
+            epoch=progress.epoch,
+            split=split,
+            values=metrics,
+            best_metric=progress.best_metric if split == EVAL_SPLIT else None,
+        )
         if split == EVAL_SPLIT:
             main = metrics
     progress.last_eval_step = progress.completed_steps
     progress.eval_metrics[progress.completed_steps] = main
-    value = main.get(spec.best_metric)
-    if value is not None and _improves(value, progress.best_value, spec.best_metric):
+    value = main.get(progress.best_metric)
+    if value is not None and _improves(value, progress.best_value, progress.best_metric):
         progress.best_value, progress.best_step = value, progress.completed_steps
     summary = ", ".join(f"{k} {v:.4f}" for k, v in main.items())
     report.log(
@@ -375,6 +393,21 @@ def _evaluate_all(
         data={"step": progress.completed_steps, "metrics": main},
     )
     return main
+
+
+def _best_metric(spec: JobSpec, is_regression: bool) -> str:
+    """The metric that ranks evaluations; for a job on its own files, one that the labels allow."""
+    metric = spec.best_metric(is_regression=is_regression)
+    if spec.task_name is None and spec.metric_for_best_model is not None:
+        reported = (*(FILE_REGRESSION_METRICS if is_regression else FILE_CLASSIFICATION_METRICS), LOSS_METRIC)
+        if metric not in reported:
+            kind = "scores (regression)" if is_regression else "labels (classification)"
+            raise JobFailed(
+                f"metric_for_best_model {metric!r} is not reported for this data, whose {kind} give "
+                f"{', '.join(reported)}",
+                field="metric_for_best_model",
+            )
+    return metric
 
 
 def _improves(value: float, best: float | None, metric: str) -> bool:
@@ -541,9 +574,13 @@ class _MainProcessReporter:
         if self._is_main:
             self._reporter.log(message, level=level, data=data)
 
-    def metrics(self, *, step: int, epoch: float, split: str, values: dict[str, float]) -> None:
+    def metrics(
+        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
+    ) -> None:
         if self._is_main:
-            self._reporter.metrics(step=step, epoch=epoch, split=split, values=values)
+            self._reporter.metrics(
+                step=step, epoch=epoch, split=split, values=values, best_metric=best_metric
+            )
 
     def checkpoint(
         self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
