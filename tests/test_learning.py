@@ -22,11 +22,11 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
     spec = {
         "model_name_or_path": MODEL_NAME,
         "task_name": "sst2",
-        "max_train_samples": 480,
+        "max_train_samples": 800,
         "num_train_epochs": 2,
         "per_device_train_batch_size": 16,
         "per_device_eval_batch_size": 64,
-        "learning_rate": 5e-5,
+        "learning_rate": 1e-4,
         "max_length": 64,
         "warmup_ratio": 0.1,
         "logging_steps": 10,
