@@ -476,13 +476,6 @@ def list_checkpoints(session: Session, *, job_id: int) -> list[Checkpoint]:
         )
 
 
-def newest_checkpoint(session: Session, *, job_id: int) -> Checkpoint | None:
-    with read(session):
-        return session.scalars(
-            select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc()).limit(1)
-        ).one_or_none()
-
-
 # ------------------------------------------------------------------------------------------------
 # Workers
 # ------------------------------------------------------------------------------------------------
