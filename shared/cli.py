@@ -11,11 +11,15 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 import httpx
 
 from shared.spec import JobSpec
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.db import Database
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_INTERVAL_S = 2.0
@@ -114,13 +118,20 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
+def _migrated_database() -> tuple[Settings, Database]:
+    """The settings and the database, its schema brought up to date (every server command starts so)."""
     from shared.config import get_settings
     from shared.db import Database
     from shared.migrate import upgrade
 
-    db = Database(get_settings().database_url)
+    settings = get_settings()
+    db = Database(settings.database_url)
     upgrade(db)
+    return settings, db
+
+
+def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
+    _, db = _migrated_database()
     db.dispose()
     print("database schema is up to date")
     return 0
@@ -130,26 +141,16 @@ def _serve(args: argparse.Namespace, _extra: list[str]) -> int:
     import uvicorn
 
     from service.main import create_app
-    from shared.config import get_settings
-    from shared.db import Database
-    from shared.migrate import upgrade
 
-    settings = get_settings()
-    db = Database(settings.database_url)
-    upgrade(db)
+    settings, db = _migrated_database()
     uvicorn.run(create_app(settings, db), host=args.host, port=args.port, log_level="info")
     return 0
 
 
 def _worker(args: argparse.Namespace, _extra: list[str]) -> int:
-    from shared.config import get_settings
-    from shared.db import Database
-    from shared.migrate import upgrade
     from worker.runner import Worker
 
-    settings = get_settings()
-    db = Database(settings.database_url)
-    upgrade(db)
+    settings, db = _migrated_database()
     worker = Worker(settings, db)
     worker.install_signal_handlers()
     worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
@@ -200,11 +201,9 @@ def script_flags_to_spec(flags: list[str]) -> dict[str, Any]:
 
 
 def _is_bool(annotation: Any) -> bool:
-    """bool, bool | None, or Literal[False] (trust_remote_code): flags that may stand alone."""
+    """bool or bool | None: flags that may stand alone (`--fp16`) or take a value (`--fp16 false`)."""
     if annotation is bool:
         return True
-    if get_origin(annotation) is Literal:
-        return all(isinstance(a, bool) for a in get_args(annotation))
     return (
         get_origin(annotation) is not None
         and bool in get_args(annotation)
