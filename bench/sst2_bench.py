@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 GLUE_DATA = REPO.parent / "shared" / "glue_data"
 sys.path.insert(0, str(REPO))
 
+from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from shared.config import Settings  # noqa: E402
-from shared.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from worker.runner import child_environment  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def main() -> int:
     processes = []
     try:
         subprocess.run(
-            [sys.executable, "-m", "shared.cli", "migrate"],
+            [sys.executable, "-m", "gluejobs.cli", "migrate"],
             env=env,
             cwd=REPO,
             check=True,
@@ -90,10 +90,12 @@ def main() -> int:
         )
         processes.append(
             _start(
-                [sys.executable, "-m", "shared.cli", "serve", "--port", str(args.port)], env, logs / "api.log"
+                [sys.executable, "-m", "gluejobs.cli", "serve", "--port", str(args.port)],
+                env,
+                logs / "api.log",
             )
         )
-        processes.append(_start([sys.executable, "-m", "shared.cli", "worker"], env, logs / "worker.log"))
+        processes.append(_start([sys.executable, "-m", "gluejobs.cli", "worker"], env, logs / "worker.log"))
         url = f"http://127.0.0.1:{args.port}"
         _wait_ready(url)
         with httpx.Client(base_url=url, timeout=30) as client:

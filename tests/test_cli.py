@@ -7,7 +7,8 @@ import shlex
 
 import pytest
 
-from shared.cli import CliError, main, script_flags_to_spec
+from gluejobs.cli import main
+from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
 from shared.spec import JobSpec
 
 # A command line from the transformers README, with `gluejobs submit` in place of the script.
@@ -18,8 +19,9 @@ SCRIPT_COMMAND = """
 """
 
 
-def test_a_script_command_line_translates_one_for_one(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = script_flags_to_spec(shlex.split(SCRIPT_COMMAND))
+def test_a_script_command_line_translates_one_for_one() -> None:
+    notes: list[str] = []
+    spec = script_flags_to_spec(shlex.split(SCRIPT_COMMAND), notes=notes)
     resolved = JobSpec.model_validate(spec)
 
     assert (resolved.model_name_or_path, resolved.task_name, resolved.max_length) == (
@@ -35,7 +37,7 @@ def test_a_script_command_line_translates_one_for_one(capsys: pytest.CaptureFixt
         "epoch",
     )
     assert "output_dir" not in spec
-    assert "--output_dir" in capsys.readouterr().err
+    assert any(note.startswith("--output_dir") for note in notes)
 
 
 def test_aliases_booleans_and_lists() -> None:
@@ -64,7 +66,7 @@ def test_aliases_booleans_and_lists() -> None:
     ],
 )
 def test_flags_the_service_cannot_take_are_refused(flags: str, message: str) -> None:
-    with pytest.raises(CliError, match=re.escape(message)):
+    with pytest.raises(ScriptArgsError, match=re.escape(message)):
         script_flags_to_spec(shlex.split(flags))
 
 

@@ -166,7 +166,7 @@ def test_jobs_of_every_kind_run_through_the_api_and_a_worker(
             [
                 sys.executable,
                 "-m",
-                "shared.cli",
+                "gluejobs.cli",
                 "watch",
                 str(jobs["sst2"]["id"]),
                 "--url",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gluejobs.demo import MODEL_NAME, install_demo_files
 from shared.config import Settings
-from shared.demo import MODEL_NAME, install_demo_files
 from tests.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 
 MAJORITY_CLASS_ACCURACY = 444 / 872  # SST-2 dev: 444 positive of 872

@@ -1,7 +1,10 @@
-"""`python -m worker [--exit-when-idle]`: the same as `gluejobs worker`."""
+"""`python -m worker [--exit-when-idle] …`: the same as `gluejobs worker`."""
 
+import logging
 import sys
 
-from shared.cli import main
+from worker.main import main
 
-sys.exit(main(["worker", *sys.argv[1:]]))
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+sys.exit(main(sys.argv[1:], prog="python -m worker"))

@@ -52,17 +52,17 @@ def demo_spec() -> dict[str, object]:
 
 
 def run_demo(*, port: int) -> int:
-    from shared.cli import watch_job
+    from gluejobs.cli import watch_job
 
     settings = get_settings()
     install_demo_files(settings)
     url = f"http://127.0.0.1:{port}"
     api_running = _healthy(url)
     if not api_running:
-        _start("api", [sys.executable, "-m", "shared.cli", "serve", "--port", str(port)])
+        _start("api", [sys.executable, "-m", "gluejobs.cli", "serve", "--port", str(port)])
         _wait_until_ready(url)
     if not _alive("worker"):
-        _start("worker", [sys.executable, "-m", "shared.cli", "worker"])
+        _start("worker", [sys.executable, "-m", "gluejobs.cli", "worker"])
     print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
     with httpx.Client(base_url=url, timeout=30.0) as client:
         response = client.post(

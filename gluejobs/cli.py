@@ -1,7 +1,8 @@
 """The `gluejobs` command: serve, worker, submit, watch, demo, migrate.
 
-This is the one module that reaches into both sides, and it imports each lazily: `gluejobs serve`
-never loads torch, and `gluejobs submit` loads neither FastAPI nor torch.
+The entry point sits above the layers it starts: it is the one module that reaches both sides,
+and it imports each lazily (`gluejobs serve` never loads torch, and `gluejobs submit` loads
+neither FastAPI nor torch). `serve` and `worker` hand their flags to service/ and worker/.
 """
 
 from __future__ import annotations
@@ -11,34 +12,23 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import Any
 
 import httpx
 
-from shared.spec import JobSpec
-
-if TYPE_CHECKING:
-    from shared.config import Settings
-    from shared.db import Database
+from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_INTERVAL_S = 2.0
 TERMINAL = ("succeeded", "failed", "cancelled")
-
-# Flags of run_glue_no_trainer.py that have no place in a service, and why.
-UNSUPPORTED_SCRIPT_FLAGS = {
-    "output_dir": "the service chooses each job's output folder (GLUEJOBS_ARTIFACTS_DIR/jobs/<id>); ignored",
-    "push_to_hub": None,
-    "hub_model_id": None,
-    "hub_token": None,
-    "resume_from_checkpoint": None,
-}
+# Commands that hand the rest of the command line to another parser.
+FORWARDING_COMMANDS = ("serve", "worker", "submit")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command != "submit" and extra:
+    if args.command not in FORWARDING_COMMANDS and extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # Servers log what they do; client commands print only their own lines.
     level = logging.INFO if args.command in ("serve", "worker", "migrate") else logging.WARNING
@@ -54,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     try:
         return int(handler(args, extra) or 0)
-    except CliError as exc:
+    except (CliError, ScriptArgsError) as exc:
         print(f"gluejobs {args.command}: {exc}", file=sys.stderr)
         return 2
 
@@ -67,13 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gluejobs", description="GLUE fine-tuning jobs as a REST service")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP API (migrates the database first)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-
-    worker = commands.add_parser("worker", help="claim and run jobs (migrates the database first)")
-    worker.add_argument("--exit-when-idle", action="store_true", help="drain the queue, then exit")
-    worker.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    # Their flags belong to service/ and worker/; `gluejobs serve --help` shows them.
+    commands.add_parser("serve", help="run the HTTP API (migrates the database first)", add_help=False)
+    commands.add_parser("worker", help="claim and run jobs (migrates the database first)", add_help=False)
 
     submit = commands.add_parser(
         "submit",
@@ -118,101 +104,33 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _migrated_database() -> tuple[Settings, Database]:
-    """The settings and the database, its schema brought up to date (every server command starts so)."""
+def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
     from shared.config import get_settings
     from shared.db import Database
     from shared.migrate import upgrade
 
-    settings = get_settings()
-    db = Database(settings.database_url)
+    db = Database(get_settings().database_url)
     upgrade(db)
-    return settings, db
-
-
-def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
-    _, db = _migrated_database()
     db.dispose()
     print("database schema is up to date")
     return 0
 
 
-def _serve(args: argparse.Namespace, _extra: list[str]) -> int:
-    import uvicorn
+def _serve(_args: argparse.Namespace, extra: list[str]) -> int:
+    from service.server import main as serve
 
-    from service.main import create_app
-
-    settings, db = _migrated_database()
-    uvicorn.run(create_app(settings, db), host=args.host, port=args.port, log_level="info")
-    return 0
+    return serve(extra)
 
 
-def _worker(args: argparse.Namespace, _extra: list[str]) -> int:
-    from worker.runner import Worker
+def _worker(_args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.main import main as work
 
-    settings, db = _migrated_database()
-    worker = Worker(settings, db)
-    worker.install_signal_handlers()
-    worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
-    return 0
+    return work(extra)
 
 
 # ---------------------------------------------------------------------------------------------------
 # submit and watch: an HTTP client of the API
 # ---------------------------------------------------------------------------------------------------
-
-
-def script_flags_to_spec(flags: list[str]) -> dict[str, Any]:
-    """Translate run_glue_no_trainer.py's command line into a spec dict (values stay strings where the
-    API converts them, so its error names the field)."""
-    parser = argparse.ArgumentParser(prog="gluejobs submit", add_help=False)
-    for name, info in JobSpec.model_fields.items():
-        names = [name]
-        alias = info.validation_alias
-        if alias is not None and hasattr(alias, "choices"):
-            names += [c for c in alias.choices if isinstance(c, str) and c != name]
-        flags_for = [f"--{n}" for n in names]
-        if _is_bool(info.annotation):
-            parser.add_argument(*flags_for, dest=name, nargs="?", const="true", default=None)
-        elif _is_list(info.annotation):
-            parser.add_argument(*flags_for, dest=name, nargs="+", default=None)
-        else:
-            parser.add_argument(*flags_for, dest=name, default=None)
-    parser.add_argument("--checkpointing_steps", default=None)
-    for name in UNSUPPORTED_SCRIPT_FLAGS:
-        parser.add_argument(f"--{name}", nargs="?", const="true", default=None)
-    values, unknown = parser.parse_known_args(flags)
-    if unknown:
-        raise CliError(
-            f"unknown flag(s): {' '.join(unknown)} (see `gluejobs submit --help` and the job spec)"
-        )
-    spec: dict[str, Any] = {}
-    for name, value in vars(values).items():
-        if value is None:
-            continue
-        if name in UNSUPPORTED_SCRIPT_FLAGS:
-            reason = UNSUPPORTED_SCRIPT_FLAGS[name]
-            if reason is None:
-                raise CliError(f"--{name} is not supported by the service")
-            print(f"note: --{name}: {reason}", file=sys.stderr)
-            continue
-        spec[name] = value
-    return spec
-
-
-def _is_bool(annotation: Any) -> bool:
-    """bool or bool | None: flags that may stand alone (`--fp16`) or take a value (`--fp16 false`)."""
-    if annotation is bool:
-        return True
-    return (
-        get_origin(annotation) is not None
-        and bool in get_args(annotation)
-        and get_origin(annotation) is not list
-    )
-
-
-def _is_list(annotation: Any) -> bool:
-    return get_origin(annotation) is list or any(get_origin(a) is list for a in get_args(annotation))
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
@@ -233,7 +151,10 @@ def _check(response: httpx.Response) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace, extra: list[str]) -> int:
-    spec = script_flags_to_spec(extra)
+    notes: list[str] = []
+    spec = script_flags_to_spec(extra, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     metadata = dict(item.split("=", 1) for item in args.metadata if "=" in item)
     body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts, "metadata": metadata}
     with _client(args) as client:
@@ -310,7 +231,7 @@ def _final_line(job: dict[str, Any]) -> str:
 
 
 def _demo(args: argparse.Namespace, _extra: list[str]) -> int:
-    from shared.demo import run_demo, stop_demo
+    from gluejobs.demo import run_demo, stop_demo
 
     return stop_demo() if args.stop else run_demo(port=args.port)
 
