@@ -55,6 +55,7 @@ def create_job(
             max_attempts=max_attempts,
             owner=owner,
             status=JobStatus.queued,
+            num_processes=int(spec.get("num_processes") or 1),
             latest_metrics={},
         )
         session.add(job)
@@ -157,7 +158,6 @@ def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | Non
                 f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
                 data={"status": JobStatus.running, "worker_id": worker_id, "attempt": job.attempts},
             )
-            session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=job.id))
     return job
 
 
@@ -171,7 +171,7 @@ def heartbeat(session: Session, *, job_id: int, worker_id: str, lease_s: float) 
             .values(lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(Job.status)
         ).one_or_none()
-        session.execute(update(Worker).where(Worker.id == worker_id).values(heartbeat_at=now))
+        session.execute(update(Worker).where(Worker.id == worker_id).values(last_heartbeat_at=now))
     return status
 
 
@@ -207,7 +207,6 @@ def finish_job(
             message = f"job {status}" + (f": {error}" if error else "")
             level = "error" if status == JobStatus.failed else "info"
             _event(session, job_id, STATE, message, level=level, data={"status": status})
-        session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=None))
     return done is not None
 
 
@@ -227,7 +226,6 @@ def release_job(session: Session, *, job_id: int, worker_id: str, reason: str) -
         ).one_or_none()
         if job is not None:
             _event(session, job_id, STATE, f"job requeued: {reason}", data={"status": JobStatus.queued})
-        session.execute(update(Worker).where(Worker.id == worker_id).values(current_job_id=None))
     return job is not None
 
 
@@ -481,22 +479,14 @@ def list_checkpoints(session: Session, *, job_id: int) -> list[Checkpoint]:
 # ------------------------------------------------------------------------------------------------
 
 
-def register_worker(session: Session, *, worker_id: str, hostname: str, pid: int) -> None:
+def register_worker(session: Session, *, worker_id: str, host: str, pid: int) -> None:
     now = utcnow()
     with write(session):
-        session.merge(Worker(id=worker_id, hostname=hostname, pid=pid, started_at=now, heartbeat_at=now))
+        session.merge(Worker(id=worker_id, host=host, pid=pid, started_at=now, last_heartbeat_at=now))
 
 
 def worker_stopped(session: Session, *, worker_id: str) -> None:
     with write(session):
         session.execute(
-            update(Worker).where(Worker.id == worker_id).values(stopped_at=utcnow(), current_job_id=None)
+            update(Worker).where(Worker.id == worker_id).values(stopped_at=utcnow(), state="stopped")
         )
-
-
-def count_jobs(session: Session, *, statuses: Sequence[JobStatus] = ()) -> int:
-    query = select(func.count()).select_from(Job)
-    if statuses:
-        query = query.where(Job.status.in_(statuses))
-    with read(session):
-        return int(session.scalar(query) or 0)

@@ -91,6 +91,8 @@ class Job(Base):
         # The claim: queued jobs by priority, then age.
         Index("ix_jobs_status_priority_id", "status", "priority", "id"),
         Index("ix_jobs_owner_id", "owner", "id"),
+        Index("ix_jobs_worker_id", "worker_id"),
+        Index("ix_jobs_sweep_id", "sweep_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -129,6 +131,19 @@ class Job(Base):
     best_metrics: Mapped[dict[str, Any] | None] = mapped_column(Json)
     # What the training run reports at the end: parameter counts, throughput, peak memory …
     result: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # Machine-readable cause of a failure (invalid_data, model_load_failed, out_of_memory, killed …).
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    # A retried job is not claimed before this time (exponential backoff between attempts).
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Devices (GPUs, or CPU slots) the job needs at once; a claim needs this many free.
+    num_processes: Mapped[int] = mapped_column(Integer, default=1)
+    # The devices the running attempt holds, e.g. ["0", "1"] (CUDA indices) or ["cpu"].
+    devices: Mapped[list[str] | None] = mapped_column(Json)
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
+    # The job this one repeats (POST /v1/jobs/{id}/rerun).
+    rerun_of: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    # Reproducibility record, written when an attempt starts: library versions, device, data hashes.
+    environment: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
 
 class JobMetric(Base):
@@ -148,6 +163,8 @@ class JobMetric(Base):
     name: Mapped[str] = mapped_column(String(64))
     value: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The attempt that wrote the row (fencing: a stale attempt's writes are refused).
+    attempt: Mapped[int | None] = mapped_column(Integer)
 
 
 class Checkpoint(Base):
@@ -175,15 +192,63 @@ class JobEvent(Base):
     level: Mapped[str] = mapped_column(String(16), default="info")
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+
+
+class WorkerState(StrEnum):
+    idle = "idle"
+    busy = "busy"
+    draining = "draining"  # stopping: takes no more work, hands its jobs back
+    stopped = "stopped"  # said goodbye; "gone" (no heartbeat for a lease) is derived, never stored
 
 
 class Worker(Base):
+    """A worker process. Its current jobs are the jobs whose worker_id is its id."""
+
     __tablename__ = "workers"
 
     id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    hostname: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str | None] = mapped_column(String(64))
+    # What the worker can run on: CUDA indices ("0", "1" …) or CPU slots ("cpu0", "cpu1" …).
+    devices: Mapped[list[str]] = mapped_column(Json, default=list)
+    state: Mapped[str] = mapped_column(String(16), default=WorkerState.idle)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    current_job_id: Mapped[int | None] = mapped_column(BigId)
+
+
+class Sweep(Base):
+    """A base spec run once per combination of seeds and grid values; its jobs carry its id."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (Index("ix_sweeps_owner_id", "owner", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    owner: Mapped[str | None] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(Json)
+    seeds: Mapped[list[int]] = mapped_column(Json, default=list)
+    grid: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class IdempotencyKey(Base):
+    """POST /v1/jobs with an Idempotency-Key: the same key and body from the same owner returns the
+    job it created."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (
+        UniqueConstraint("owner", "key"),
+        Index("ix_idempotency_keys_created_at", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    # The owner's key digest; "" without auth (a NULL would not take part in the unique key).
+    owner: Mapped[str] = mapped_column(String(64), default="")
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

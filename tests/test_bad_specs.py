@@ -10,9 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
+from shared.models import Job
+from tests.dbutil import count_rows
 
 GOOD = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
@@ -186,8 +187,7 @@ def test_bad_spec_is_refused_and_not_stored(
     error = response.json()["error"]
     assert error["field"] == field
     assert message in error["message"]
-    with db.session() as session:
-        assert jobs_repo.count_jobs(session) == 0
+    assert count_rows(db, Job) == 0
 
 
 @pytest.mark.parametrize(
@@ -208,8 +208,7 @@ def test_bad_request_body_is_refused_and_not_stored(
 
     assert response.status_code == status, response.text
     assert response.json()["error"].get("field") == field
-    with db.session() as session:
-        assert jobs_repo.count_jobs(session) == 0
+    assert count_rows(db, Job) == 0
 
 
 def test_malformed_json_is_a_400_and_not_stored(client: TestClient, db: Database) -> None:
@@ -217,8 +216,7 @@ def test_malformed_json_is_a_400_and_not_stored(client: TestClient, db: Database
 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
-    with db.session() as session:
-        assert jobs_repo.count_jobs(session) == 0
+    assert count_rows(db, Job) == 0
 
 
 def test_oversized_body_is_a_413_and_not_stored(client: TestClient, db: Database) -> None:
@@ -228,5 +226,4 @@ def test_oversized_body_is_a_413_and_not_stored(client: TestClient, db: Database
 
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
-    with db.session() as session:
-        assert jobs_repo.count_jobs(session) == 0
+    assert count_rows(db, Job) == 0

@@ -22,7 +22,7 @@ from shared.errors import JobFailed
 from shared.spec import JobSpec
 from worker.checkpoints import checkpoint_path, saved_steps
 from worker.modeling import ModelError, optimizer_parameter_groups
-from worker.training import run_training
+from worker.training import Preempted, run_training
 
 TINY = "tiny-bert"
 
@@ -233,6 +233,42 @@ def test_resume_continues_where_the_checkpoint_stopped(train_settings: Settings,
         assert after_resume == pytest.approx([v for _, v in whole.values("train", name)][3:], rel=1e-5)
     assert result["completed_steps"] == whole_result["completed_steps"] == 6
     assert any("resumed from checkpoint-3" in line for line in resumed.logs)
+
+
+def test_a_stop_request_saves_a_checkpoint_at_that_step_and_resuming_finishes(
+    train_settings: Settings, tmp_path: Path
+) -> None:
+    spec = make_spec(max_train_samples=48, save_strategy="epoch", eval_strategy="no")
+    whole, _, _ = train(spec, train_settings, tmp_path, name="whole")
+    asked = itertools.count(1)
+    reporter = RecordingReporter()
+    output_dir = tmp_path / "stopped"
+
+    with pytest.raises(Preempted) as stopped:
+        # Asked once per optimizer step: yes after the fourth.
+        run_training(
+            spec,
+            train_settings,
+            output_dir=output_dir,
+            reporter=reporter,
+            stop_requested=lambda: next(asked) >= 4,
+        )
+
+    assert stopped.value.step == 4
+    assert saved_steps(output_dir / "checkpoints") == [4]
+    assert [c["step"] for c in reporter.checkpoints] == [4]
+    resumed, result, _ = train(
+        spec,
+        train_settings,
+        tmp_path,
+        name="stopped",
+        resume_from=checkpoint_path(output_dir / "checkpoints", 4),
+    )
+    assert [s for s, _ in resumed.values("train", "loss")] == [5, 6]
+    assert [v for _, v in resumed.values("train", "loss")] == pytest.approx(
+        [v for _, v in whole.values("train", "loss")][4:], rel=1e-5
+    )
+    assert result["completed_steps"] == 6
 
 
 def test_regression_on_stsb(train_settings: Settings, tmp_path: Path) -> None:

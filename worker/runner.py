@@ -61,7 +61,7 @@ class Worker:
         """Work until stopped (or, with exit_when_idle, until the queue is empty)."""
         with self.db.session() as session:
             jobs_repo.register_worker(
-                session, worker_id=self.worker_id, hostname=socket.gethostname(), pid=os.getpid()
+                session, worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid()
             )
         logger.info("worker %s started", self.worker_id)
         outcomes: list[JobOutcome] = []

@@ -57,6 +57,16 @@ from worker.modeling import (
 logger = logging.getLogger(__name__)
 
 
+class Preempted(Exception):
+    """The run stopped on request (its worker is shutting down) after saving a checkpoint at `step`;
+    the next attempt resumes from it, so at most the step in flight is lost."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"stopped on request at step {step}; checkpoint {checkpoint.name} saved")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
 class Reporter(Protocol):
     """Where a run's progress goes. The runner's writes it to the database as it happens."""
 
@@ -103,8 +113,13 @@ def run_training(
     output_dir: Path,
     reporter: Reporter,
     resume_from: Path | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
-    """Fine-tune spec's model on spec's task; returns the run's summary (the job's `result`)."""
+    """Fine-tune spec's model on spec's task; returns the run's summary (the job's `result`).
+
+    `stop_requested` is asked after every optimizer step; once it says yes (in any process), the
+    run saves a checkpoint at that step and raises Preempted.
+    """
     if spec.fp16 and not torch.cuda.is_available():
         raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
     accelerator = Accelerator(
@@ -243,6 +258,9 @@ def run_training(
             epoch_started += time.perf_counter() - pause  # evaluation and saving are not training time
             if is_last:
                 break
+            if _stop_agreed(accelerator, stop_requested):
+                save_now({})
+                raise Preempted(step, checkpoints.checkpoint_path(checkpoints_dir, step))
         progress.train_seconds += time.perf_counter() - epoch_started
         if window_batches:  # an epoch that ended between two logging steps
             _log_training(accelerator, report, progress, window_loss, window_batches, lr_scheduler)
@@ -393,6 +411,15 @@ def _evaluate_all(
         data={"step": progress.completed_steps, "metrics": main},
     )
     return main
+
+
+def _stop_agreed(accelerator: Accelerator, stop_requested: Callable[[], bool]) -> bool:
+    """Whether to stop now; with several processes all of them must stop at the same step, so the
+    flags are summed across processes (one tiny collective per step, only when there are several)."""
+    if accelerator.num_processes == 1:
+        return stop_requested()
+    flag = torch.tensor([1 if stop_requested() else 0], device=accelerator.device)
+    return bool(accelerator.reduce(flag, reduction="sum").item() > 0)
 
 
 def _best_metric(spec: JobSpec, is_regression: bool) -> str:
