@@ -1,0 +1,1 @@
+"""gluejobs for its users: the command line (and, soon, the Python client)."""
