@@ -48,6 +48,16 @@ class Settings(BaseSettings):
     api_keys: KeyList = Field(default_factory=list, description="Bearer keys, or sha256:<hex> digests")
     admin_keys: KeyList = Field(default_factory=list, description="Keys that see and cancel every job")
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
+    trackers: KeyList = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Experiment trackers the workers serve (installed and configured on every worker); "
+        "jobs asking for others are refused. Default: TensorBoard, which the worker extra installs",
+    )
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _parse_trackers(cls, value: object) -> object:
+        return _split_keys(value.lower() if isinstance(value, str) else value)
 
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod

@@ -13,20 +13,24 @@ import re
 import secrets
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeInt,
+    TypeAdapter,
+    ValidationError,
     field_validator,
     model_validator,
 )
 
 from shared.config import Settings
 from shared.errors import InvalidSpec, field_error
-from shared.tasks import FILE_METRICS, LOSS_METRIC, TASKS
+from shared.metric_rules import possible_metrics
+from shared.tasks import TASKS
 
 DATA_FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 MAX_SEED = 2**32 - 1
@@ -51,6 +55,41 @@ class IntervalStrategy(StrEnum):
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+# --- recipes ----------------------------------------------------------------------------------------
+Recipe = Literal["no_trainer", "trainer"]
+Optimizer = Literal["adamw_torch", "adamw_torch_fused"]
+# transformers.TrainingArguments' defaults (transformers 5) where they differ from the script's; the
+# `trainer` recipe fills them in for every field its spec leaves out.
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_grad_norm": 1.0,
+    "seed": 42,
+    "logging_steps": 500,
+    "eval_strategy": "no",
+    "save_strategy": "steps",
+    "save_steps": 500,
+}
+# Spec keys that stand for a field under another name (aliases and the scripts' own flags).
+_FIELD_OF_ALIAS = {
+    "evaluation_strategy": "eval_strategy",
+    "max_seq_length": "max_length",
+    "warmup_steps": "num_warmup_steps",
+    "checkpointing_steps": "save_strategy",
+}
+LORA_OPTIONS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# Accelerate's trackers (accelerate.utils.LoggerType), named here because the API does not import
+# accelerate (it imports torch). Which of them a cluster serves is GLUEJOBS_TRACKERS.
+KNOWN_TRACKERS = (
+    "tensorboard",
+    "wandb",
+    "trackio",
+    "comet_ml",
+    "aim",
+    "mlflow",
+    "clearml",
+    "dvclive",
+    "swanlab",
+)
 
 
 class JobSpec(BaseModel):
@@ -131,9 +170,57 @@ class JobSpec(BaseModel):
     metric_for_best_model: str | None = Field(default=None, description="Default: the task's main metric")
     num_processes: PositiveInt = Field(default=1, le=64, description="Processes (GPUs) for this job")
 
-    # --- accepted so that a script command line translates as is ---------------------------------
-    with_tracking: bool = Field(default=False, description="Accepted; metrics are always recorded")
-    report_to: str | None = Field(default=None, description="Accepted; metrics are always recorded")
+    # --- the recipe, and Trainer's options under Trainer's names ---------------------------------
+    recipe: Recipe = Field(
+        default="no_trainer",
+        description="no_trainer: run_glue_no_trainer.py's defaults; trainer: transformers.Trainer's "
+        "defaults where the spec has none (max_grad_norm 1.0, seed 42, logging_steps 500, no "
+        "evaluation unless asked, a checkpoint every 500 steps)",
+    )
+    max_grad_norm: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Clip the gradients' global norm to this (Trainer: 1.0); null or 0: no clipping",
+    )
+    adam_beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(default=0.999, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(default=1e-8, gt=0.0, le=1.0)
+    optim: Optimizer = Field(
+        default="adamw_torch_fused",
+        description="AdamW (the scripts' optimizer); adamw_torch_fused runs the same update as one kernel",
+    )
+    use_deterministic_algorithms: bool = Field(
+        default=False,
+        description="Deterministic kernels (torch.use_deterministic_algorithms) and the environment they "
+        "need (CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED): the same seed gives the same run",
+    )
+    early_stopping_patience: PositiveInt | None = Field(
+        default=None,
+        le=10_000,
+        description="Stop after this many evaluations without improvement (Trainer's EarlyStoppingCallback)",
+    )
+    early_stopping_threshold: float = Field(
+        default=0.0, ge=0.0, description="How much the ranking metric must improve to count as improving"
+    )
+    do_eval: bool | None = Field(
+        default=None,
+        description="Evaluate at the end of training (run_glue.py's --do_eval); true whenever "
+        "eval_strategy is not 'no'",
+    )
+    do_predict: bool = Field(
+        default=False, description="Predict the task's test split (a GLUE submission file in the job folder)"
+    )
+
+    # --- experiment trackers (Accelerate's) -------------------------------------------------------
+    with_tracking: bool = Field(
+        default=False, description="Report to experiment trackers (report_to; all that the workers serve)"
+    )
+    report_to: list[Annotated[str, Field(min_length=1, max_length=32)]] | None = Field(
+        default=None,
+        max_length=len(KNOWN_TRACKERS) + 2,
+        description="Accelerate trackers: tensorboard, mlflow, wandb … ('all', or 'none'); "
+        "GLUEJOBS_TRACKERS names those the workers serve",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -159,6 +246,46 @@ class JobSpec(BaseModel):
                 f"checkpointing_steps must be 'epoch' or a positive number of steps, not {value!r}",
             )
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recipe_defaults(cls, data: Any) -> Any:
+        """`warmup_steps` (Trainer's name) becomes num_warmup_steps; then, under the trainer recipe,
+        Trainer's defaults fill every field the spec leaves out. Filled in before validation, so the
+        stored spec shows each value the run uses and a stored spec validates to itself."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "warmup_steps" in data:
+            value = data.pop("warmup_steps")
+            if data.get("num_warmup_steps") not in (None, value):
+                raise field_error("warmup_steps", "give warmup_steps or num_warmup_steps, not both")
+            try:
+                data["num_warmup_steps"] = TypeAdapter(NonNegativeInt).validate_python(value)
+            except ValidationError as exc:
+                raise field_error("warmup_steps", exc.errors()[0]["msg"], value) from None
+        if data.get("recipe") == "trainer":
+            given = {_FIELD_OF_ALIAS.get(key, key) for key in data}
+            if "save_strategy" in given:
+                given.add("save_steps")  # a strategy without a step count is the spec's own choice
+            data.update({key: value for key, value in TRAINER_DEFAULTS.items() if key not in given})
+        return data
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _tracker_names(cls, value: Any) -> Any:
+        """ "tensorboard,mlflow" or a list; "none" (Trainer's word for no tracker) gives none."""
+        if isinstance(value, str):
+            value = [part for part in re.split(r"[,\s]+", value) if part]
+        if isinstance(value, list):
+            names = [name.strip().lower() if isinstance(name, str) else name for name in value]
+            unknown = [n for n in names if isinstance(n, str) and n not in (*KNOWN_TRACKERS, "all", "none")]
+            if unknown:
+                raise ValueError(
+                    f"unknown tracker {unknown[0]!r}; Accelerate's trackers are {', '.join(KNOWN_TRACKERS)}"
+                )
+            return [name for name in names if name != "none"]
+        return value
 
     @field_validator("trust_remote_code")
     @classmethod
@@ -201,7 +328,8 @@ class JobSpec(BaseModel):
     def _coherent(self) -> JobSpec:
         if self.task_name is None and self.train_file is None:
             raise field_error("task_name", "give a task_name or a train_file (and a validation_file)")
-        if self.task_name is None and self.validation_file is None and self.eval_strategy != "no":
+        self._check_recipe_options()
+        if self.task_name is None and self.validation_file is None and self.evaluates:
             raise field_error(
                 "validation_file",
                 "a job on its own train_file needs a validation_file to evaluate on (or eval_strategy 'no')",
@@ -217,7 +345,7 @@ class JobSpec(BaseModel):
             self._check_best_model_options()
         if self.metric_for_best_model is not None:
             allowed = self.allowed_metrics()
-            if self.metric_for_best_model not in allowed:
+            if self.metric_for_best_model.removeprefix("eval_") not in allowed:
                 raise field_error(
                     "metric_for_best_model",
                     f"metric_for_best_model {self.metric_for_best_model!r} is not reported by this "
@@ -242,18 +370,45 @@ class JobSpec(BaseModel):
                 "save_steps", "load_best_model_at_end needs save_steps to be a multiple of eval_steps"
             )
 
-    def allowed_metrics(self) -> tuple[str, ...]:
-        names = TASKS[self.task_name].metric_names if self.task_name else FILE_METRICS
-        return (*names, LOSS_METRIC)
+    def _check_recipe_options(self) -> None:
+        if not self.apply_lora:
+            # A default value cannot be told from an absent one (a stored spec has them all), and
+            # it changes nothing; any other value would be silently ignored, so it is refused.
+            changed = [
+                name for name in LORA_OPTIONS if getattr(self, name) != type(self).model_fields[name].default
+            ]
+            if changed:
+                raise field_error(changed[0], f"{changed[0]} has no effect without apply_lora")
+        if self.do_eval is None:
+            self.do_eval = self.eval_strategy != "no"
+        elif not self.do_eval and self.eval_strategy != "no":
+            raise field_error(
+                "do_eval", f"do_eval false contradicts eval_strategy {self.eval_strategy!r} (which evaluates)"
+            )
+        if self.early_stopping_patience is not None and self.eval_strategy == "no":
+            raise field_error(
+                "early_stopping_patience",
+                "early stopping counts evaluations: it needs eval_strategy 'epoch' or 'steps'",
+            )
 
-    def best_metric(self, *, is_regression: bool) -> str:
-        """The metric that picks the best checkpoint: metric_for_best_model, else the task's main
-        metric, else (a job on its own files) accuracy for labels and pearson for scores."""
-        if self.metric_for_best_model:
-            return self.metric_for_best_model
-        if self.task_name:
-            return TASKS[self.task_name].main_metric
-        return "pearson" if is_regression else "accuracy"
+    @property
+    def evaluates(self) -> bool:
+        """Whether the job evaluates at all: during training (eval_strategy) or at its end (do_eval)."""
+        return bool(self.do_eval) or self.eval_strategy != "no"
+
+    @property
+    def clips_gradients(self) -> bool:
+        return bool(self.max_grad_norm)
+
+    @property
+    def trackers(self) -> list[str]:
+        """The trackers the run reports to: report_to, else with_tracking's "all" (the script's default)."""
+        if self.report_to is not None:
+            return list(self.report_to)
+        return ["all"] if self.with_tracking else []
+
+    def allowed_metrics(self) -> tuple[str, ...]:
+        return possible_metrics(self.task_name)
 
     @property
     def mixed_precision(self) -> str:
@@ -269,6 +424,31 @@ class JobSpec(BaseModel):
 # ------------------------------------------------------------------------------------------------
 # Paths: data files must stay under GLUEJOBS_DATA_DIR and local models under GLUEJOBS_MODELS_DIR.
 # ------------------------------------------------------------------------------------------------
+
+
+def check_trackers(spec: JobSpec, settings: Settings) -> JobSpec:
+    """Refuse trackers that this cluster's workers do not serve (GLUEJOBS_TRACKERS), and resolve
+    "all" to those they do, so the stored spec names the trackers the run will report to.
+
+    The API cannot ask a worker what it has installed; GLUEJOBS_TRACKERS is the operator's word.
+    """
+    wanted = spec.trackers
+    if not wanted:
+        return spec
+    served = list(settings.trackers)
+    resolved = served if "all" in wanted else wanted
+    missing = [name for name in resolved if name not in served]
+    if missing:
+        offered = ", ".join(served) if served else "none"
+        raise InvalidSpec(
+            f"tracker {missing[0]!r} is not served by this cluster's workers (GLUEJOBS_TRACKERS: {offered})",
+            field="report_to",
+        )
+    if not resolved:
+        raise InvalidSpec(
+            "this cluster's workers serve no tracker (GLUEJOBS_TRACKERS is empty)", field="report_to"
+        )
+    return spec.model_copy(update={"report_to": resolved, "with_tracking": True})
 
 
 def resolve_under(root: Path, value: str, *, field: str) -> Path:

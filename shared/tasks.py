@@ -1,8 +1,16 @@
-"""The nine GLUE tasks: their text columns, labels and metrics. Pure data, no torch."""
+"""The nine GLUE tasks: their text columns, labels and evaluation splits. Pure data, no torch.
+
+Which metrics a task reports and which one ranks it are metric rules: shared/metric_rules.py.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from shared import metric_rules
+from shared.metric_rules import greater_is_better
+
+__all__ = ["EVAL_MISMATCHED_SPLIT", "EVAL_SPLIT", "TASKS", "TRAIN_SPLIT", "GlueTask", "greater_is_better"]
 
 
 @dataclass(frozen=True)
@@ -11,8 +19,6 @@ class GlueTask:
     text_keys: tuple[str, str | None]
     # Label names in the id order of the Hub's nyu-mll/glue dataset; None for regression (STS-B).
     label_names: tuple[str, ...] | None
-    metrics: tuple[str, ...]
-    main_metric: str
     # Evaluation splits: the Hub split name for each gluejobs split ("eval", "eval_mismatched").
     eval_splits: tuple[tuple[str, str], ...] = (("eval", "validation"),)
 
@@ -25,9 +31,19 @@ class GlueTask:
         return 1 if self.label_names is None else len(self.label_names)
 
     @property
+    def metrics(self) -> tuple[str, ...]:
+        """What the GLUE metric returns for this task."""
+        return metric_rules.task_plan(self.name).glue_names
+
+    @property
     def metric_names(self) -> tuple[str, ...]:
         """What an evaluation reports: the GLUE metric's names plus combined_score where there are two."""
-        return (*self.metrics, "combined_score") if len(self.metrics) > 1 else self.metrics
+        return metric_rules.task_plan(self.name).names
+
+    @property
+    def main_metric(self) -> str:
+        """The metric the GLUE leaderboard ranks this task by."""
+        return metric_rules.task_plan(self.name).main
 
 
 _ENTAILMENT = ("entailment", "not_entailment")
@@ -39,43 +55,24 @@ TASKS: dict[str, GlueTask] = {
             "cola",
             ("sentence", None),
             ("unacceptable", "acceptable"),
-            ("matthews_correlation",),
-            "matthews_correlation",
         ),
-        GlueTask("sst2", ("sentence", None), ("negative", "positive"), ("accuracy",), "accuracy"),
-        GlueTask(
-            "mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("accuracy", "f1"), "f1"
-        ),
-        GlueTask("stsb", ("sentence1", "sentence2"), None, ("pearson", "spearmanr"), "pearson"),
-        GlueTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("accuracy", "f1"), "f1"),
+        GlueTask("sst2", ("sentence", None), ("negative", "positive")),
+        GlueTask("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
+        GlueTask("stsb", ("sentence1", "sentence2"), None),
+        GlueTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate")),
         GlueTask(
             "mnli",
             ("premise", "hypothesis"),
             ("entailment", "neutral", "contradiction"),
-            ("accuracy",),
-            "accuracy",
             eval_splits=(("eval", "validation_matched"), ("eval_mismatched", "validation_mismatched")),
         ),
-        GlueTask("qnli", ("question", "sentence"), _ENTAILMENT, ("accuracy",), "accuracy"),
-        GlueTask("rte", ("sentence1", "sentence2"), _ENTAILMENT, ("accuracy",), "accuracy"),
-        GlueTask(
-            "wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment"), ("accuracy",), "accuracy"
-        ),
+        GlueTask("qnli", ("question", "sentence"), _ENTAILMENT),
+        GlueTask("rte", ("sentence1", "sentence2"), _ENTAILMENT),
+        GlueTask("wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment")),
     )
 }
-
-# What a job on its own files reports: accuracy for labels, Pearson/Spearman for scores.
-FILE_CLASSIFICATION_METRICS = ("accuracy",)
-FILE_REGRESSION_METRICS = ("pearson", "spearmanr", "combined_score")
-FILE_METRICS = FILE_CLASSIFICATION_METRICS + FILE_REGRESSION_METRICS
-LOSS_METRIC = "loss"
 
 # Splits of the metric rows (contract).
 TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
 EVAL_MISMATCHED_SPLIT = "eval_mismatched"
-
-
-def greater_is_better(metric: str) -> bool:
-    """Every GLUE metric grows with quality; a loss shrinks (Trainer's rule)."""
-    return not metric.endswith("loss")

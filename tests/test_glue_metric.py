@@ -1,4 +1,6 @@
-"""The offline GLUE metric: the GLUE metric's definitions and names, and no NaN for undefined cases."""
+"""The GLUE metric shipped as a local `evaluate` module: loaded through evaluate without the Hub, the
+GLUE metric's definitions and names (checked by hand and against the formulas of evaluate's GLUE
+metric), what jobs on their own files report, and no NaN for undefined cases."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from shared.tasks import FILE_METRICS, TASKS
-from worker.glue_metric import compute_metrics
+from shared.metric_rules import possible_metrics
+from shared.tasks import TASKS
+from worker.glue_metric import GLUE_MODULE, compute_metrics, glue_module
 
 RNG = np.random.default_rng(0)
 CLASS_PREDS = RNG.integers(0, 2, size=200)
@@ -99,7 +102,11 @@ def test_regression_output_of_shape_n_by_1_is_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("is_regression", "names"), [(False, ("accuracy",)), (True, ("pearson", "spearmanr", "combined_score"))]
+    ("is_regression", "names"),
+    [
+        (False, ("accuracy", "f1", "combined_score")),
+        (True, ("pearson", "spearmanr", "combined_score", "mse")),
+    ],
 )
 def test_jobs_on_their_own_files(is_regression: bool, names: tuple[str, ...]) -> None:
     preds, refs = (SCORES_PREDS, SCORES_REFS) if is_regression else (CLASS_PREDS, CLASS_REFS)
@@ -107,13 +114,63 @@ def test_jobs_on_their_own_files(is_regression: bool, names: tuple[str, ...]) ->
     metrics = compute_metrics(None, preds, refs, is_regression=is_regression)
 
     assert tuple(metrics) == names
-    assert set(metrics) <= set(FILE_METRICS)
+    assert set(metrics) <= set(possible_metrics(None))
+
+
+def test_own_binary_labels_give_f1_and_own_scores_give_mse_by_hand() -> None:
+    # The Trainer page's example: two classes, F1 beside accuracy. tp=1, fp=1, fn=1 → F1 = 1/2.
+    binary = compute_metrics(None, np.array([1, 1, 0, 0]), np.array([1, 0, 1, 0]), is_regression=False)
+    assert binary == pytest.approx({"accuracy": 0.5, "f1": 0.5, "combined_score": 0.5})
+
+    # Errors 0.5, -1 and 0: mse (0.25 + 1 + 0) / 3; Pearson and Spearman as for STS-B.
+    scores = compute_metrics(None, np.array([1.5, 1.0, 3.0]), np.array([1.0, 2.0, 3.0]), is_regression=True)
+    assert scores["mse"] == pytest.approx(1.25 / 3)
+    assert scores["spearmanr"] == pytest.approx(0.5)
+    assert scores["combined_score"] == pytest.approx((scores["pearson"] + scores["spearmanr"]) / 2)
 
 
 def test_many_classes_on_own_files() -> None:
     metrics = compute_metrics(None, np.array([0, 4, 2, 2]), np.array([0, 4, 2, 3]), is_regression=False)
 
     assert metrics == {"accuracy": 0.75}
+    assert compute_metrics(None, np.array([0, 1]), np.array([0, 1]), is_regression=False, num_labels=3) == {
+        "accuracy": 1.0
+    }
+
+
+def test_the_glue_metric_is_a_local_evaluate_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    import evaluate
+
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")  # nothing may come from the Hub
+    module = evaluate.load(str(GLUE_MODULE), config_name="qqp", keep_in_memory=True)
+
+    assert isinstance(module, evaluate.EvaluationModule)
+    assert (module.name, module.config_name) == ("glue", "qqp")
+    assert module.compute(predictions=[1, 1, 0, 0], references=[1, 0, 1, 0]) == {"accuracy": 0.5, "f1": 0.5}
+    assert glue_module("cola") is glue_module("cola")  # loaded once per process
+    with pytest.raises(KeyError, match="unknown GLUE configuration"):
+        evaluate.load(str(GLUE_MODULE), config_name="squad", keep_in_memory=True)
+
+
+# The formulas of evaluate's GLUE metric (its glue.py), written out here to check the module against.
+def _evaluate_glue_formulas(config: str, preds: np.ndarray, refs: np.ndarray) -> dict[str, float]:
+    if config == "cola":
+        return {"matthews_correlation": matthews_corrcoef(refs, preds)}
+    if config == "stsb":
+        return {"pearson": pearsonr(preds, refs)[0], "spearmanr": spearmanr(preds, refs)[0]}
+    if config in ("mrpc", "qqp"):
+        return {"accuracy": (preds == refs).mean(), "f1": f1_score(y_true=refs, y_pred=preds)}
+    return {"accuracy": (preds == refs).mean()}
+
+
+@pytest.mark.parametrize("config", ["cola", "stsb", "mrpc", "qqp", "sst2", "mnli", "mnli_mismatched", "rte"])
+def test_the_module_agrees_with_evaluates_glue_formulas(config: str) -> None:
+    preds, refs = (SCORES_PREDS, SCORES_REFS) if config == "stsb" else (CLASS_PREDS, CLASS_REFS)
+
+    scored = glue_module(config).compute(predictions=preds, references=refs)
+
+    # The module stores stsb's inputs as float32, as the Hub's module does: agreement to float32 precision.
+    assert scored == pytest.approx(_evaluate_glue_formulas(config, preds, refs), rel=1e-6)
 
 
 @pytest.mark.parametrize(

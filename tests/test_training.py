@@ -384,6 +384,7 @@ def test_own_score_files_rank_checkpoints_by_pearson(train_settings: Settings, t
         "pearson",
         "spearmanr",
         "combined_score",
+        "mse",
         "loss",
     }
 
@@ -399,5 +400,8 @@ def test_best_metric_that_scores_do_not_report_fails_clearly(
         metric_for_best_model="accuracy",
     )
 
-    with pytest.raises(JobFailed, match="'accuracy' is not reported for this data"):
+    with pytest.raises(
+        JobFailed,
+        match="'accuracy' is not reported by this job; it reports pearson, spearmanr, combined_score, mse",
+    ):
         train(spec, train_settings, tmp_path)

@@ -1,4 +1,9 @@
-"""Checkpoint folders: atomic saves, rotation (save_total_limit), and the state a resumed run needs."""
+"""Checkpoint folders: atomic saves, rotation (save_total_limit), and the state a resumed run needs.
+
+A checkpoint folder is also a model, as Trainer's are: the model's `from_pretrained` files (for LoRA,
+the adapter) and the tokenizer, beside Accelerate's optimizer, scheduler and RNG states and
+`gluejobs_state.json`.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ class TrainingState:
     epoch: float
     best_value: float | None = None
     best_step: int | None = None
+    # Evaluations in a row without improvement (early stopping's patience), so a resumed run stops
+    # where the uninterrupted one would.
+    evaluations_without_improvement: int = 0
 
     def write(self, folder: Path) -> None:
         (folder / STATE_FILE).write_text(json.dumps(asdict(self)))

@@ -111,7 +111,7 @@ def load_raw_data(spec: JobSpec, settings: Settings) -> RawData:
         train, evals, test, text_keys, is_regression, label_names = _own_file_splits(files)
     else:
         task = TASKS[spec.task_name]
-        train, evals, test = _task_splits(task, files, settings, want_evals=spec.eval_strategy != "no")
+        train, evals, test = _task_splits(task, files, settings, want_evals=spec.evaluates)
         text_keys, is_regression = task.text_keys, task.is_regression
         label_names = list(task.label_names) if task.label_names else None
     train = _first_rows(train, spec.max_train_samples)

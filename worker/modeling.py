@@ -1,4 +1,4 @@
-"""Models for a job: where they come from, LoRA through PEFT, and the optimizer's parameter groups."""
+"""Models for a job: where they come from, the classifier's dropout, LoRA through PEFT, the optimizer."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from transformers import (
 
 from shared.config import Settings
 from shared.errors import JobFailed
-from shared.spec import JobSpec, is_local_model_reference, resolve_under
+from shared.spec import is_local_model_reference, resolve_under
 
 logger = logging.getLogger(__name__)
 
@@ -46,38 +46,38 @@ def resolve_model(name_or_path: str, settings: Settings) -> str:
     return name_or_path
 
 
-def load_tokenizer(model: str, spec: JobSpec) -> PreTrainedTokenizerBase:
+def load_tokenizer(model: str, *, use_slow_tokenizer: bool = False) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(
-            model, use_fast=not spec.use_slow_tokenizer, trust_remote_code=False
-        )
+        return AutoTokenizer.from_pretrained(model, use_fast=not use_slow_tokenizer, trust_remote_code=False)
     except Exception as exc:  # transformers raises many types here: OSError, ValueError, …
         raise ModelError(f"could not load the tokenizer of {model!r}: {exc}") from exc
 
 
 def load_model(
     model: str,
-    spec: JobSpec,
     *,
     num_labels: int,
     label_names: list[str] | None,
+    task_name: str | None = None,
+    cls_dropout: float | None = None,
+    ignore_mismatched_sizes: bool = False,
 ) -> PreTrainedModel:
     try:
         config = AutoConfig.from_pretrained(
-            model, num_labels=num_labels, finetuning_task=spec.task_name, trust_remote_code=False
+            model, num_labels=num_labels, finetuning_task=task_name, trust_remote_code=False
         )
     except Exception as exc:
         raise ModelError(f"could not load the configuration of {model!r}: {exc}") from exc
     if label_names is not None:
         config.label2id = {name: i for i, name in enumerate(label_names)}
         config.id2label = dict(enumerate(label_names))
-    if spec.cls_dropout is not None:
-        _set_classifier_dropout(config, spec.cls_dropout)
+    if cls_dropout is not None:
+        _set_classifier_dropout_config(config, cls_dropout)
     try:
         loaded: PreTrainedModel = AutoModelForSequenceClassification.from_pretrained(
             model,
             config=config,
-            ignore_mismatched_sizes=spec.ignore_mismatched_sizes,
+            ignore_mismatched_sizes=ignore_mismatched_sizes,
             trust_remote_code=False,
             # Master weights in float32 whatever the checkpoint's dtype: mixed precision is Accelerate's job.
             dtype=torch.float32,
@@ -90,28 +90,83 @@ def load_model(
                 " to replace the head with a new one)"
             )
         raise ModelError(f"could not load model {model!r}: {exc}{hint}") from exc
+    if cls_dropout is not None:
+        _set_classifier_dropout_modules(loaded, cls_dropout)
     return loaded
 
 
-def _set_classifier_dropout(config: PretrainedConfig, value: float) -> None:
-    # Architectures name the classifier's dropout differently (BERT/RoBERTa, DeBERTa, DistilBERT).
+def _set_classifier_dropout_config(config: PretrainedConfig, value: float) -> None:
+    # Architectures read the classifier's dropout from differently named attributes: BERT and
+    # RoBERTa `classifier_dropout`, DeBERTa v1/v2 `cls_dropout` (which their configs do not define,
+    # so it must be set, not only updated), DistilBERT `seq_classif_dropout`. Setting all three
+    # also records the value in the saved config.json, so a checkpoint reloads with it.
     config.classifier_dropout = value
-    for name in ("cls_dropout", "seq_classif_dropout"):
-        if hasattr(config, name):
-            setattr(config, name, value)
+    config.cls_dropout = value
+    config.seq_classif_dropout = value
 
 
-def apply_lora(model: PreTrainedModel, spec: JobSpec) -> nn.Module:
-    """Wrap the model in LoRA adapters: the backbone is frozen, the adapters and classifier train."""
+def _set_classifier_dropout_modules(model: PreTrainedModel, value: float) -> None:
+    """Set, and so verify on the built model, the dropout before the classifier.
+
+    The config attributes cover the architectures gluejobs knows; an architecture that reads
+    another attribute still gets the value here. A model without any such dropout fails clearly
+    rather than ignoring cls_dropout.
+    """
+    dropouts = classifier_dropouts(model)
+    if not dropouts:
+        raise ModelError(
+            f"cls_dropout: a {type(model).__name__} has no dropout between its backbone and its classifier"
+        )
+    for dropout in dropouts:
+        dropout.p = value
+
+
+def classifier_dropouts(model: nn.Module) -> list[nn.Dropout]:
+    """The Dropout modules of the classification head: outside the backbone, and not the pooler's
+    own (DeBERTa's ContextPooler has `pooler_dropout`, which cls_dropout does not mean)."""
+    return [
+        module
+        for name, module in head_modules(model).items()
+        if isinstance(module, nn.Dropout) and "pooler" not in name
+    ]
+
+
+def head_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Every module outside the backbone (classifier, DeBERTa's pooler, dropouts), by qualified name."""
+    backbone = getattr(model, "base_model_prefix", "")
+    return {name: module for name, module in model.named_modules() if name and name.split(".")[0] != backbone}
+
+
+def trainable_outside_backbone(model: nn.Module) -> list[str]:
+    """The top-level modules outside the backbone that have weights: what LoRA leaves trainable."""
+    backbone = getattr(model, "base_model_prefix", "")
+    return [
+        name
+        for name, child in model.named_children()
+        if name != backbone and any(True for _ in child.parameters())
+    ]
+
+
+def apply_lora(
+    model: PreTrainedModel,
+    *,
+    r: int,
+    alpha: float,
+    dropout: float = 0.0,
+    target_modules: list[str] | None = None,
+) -> nn.Module:
+    """Wrap the model in LoRA adapters, as microsoft/LoRA's recipe trains it: the backbone is frozen
+    and everything outside it trains, the classifier and (DeBERTa) the pooler; PEFT's SEQ_CLS task
+    alone would keep only the classifier trainable."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    # TaskType.SEQ_CLS makes PEFT keep the classification head trainable (modules_to_save).
     lora_config = LoraConfig(
         task_type=TaskType.SEQ_CLS,
-        r=spec.lora_r,
-        lora_alpha=spec.lora_alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
-        lora_dropout=spec.lora_dropout,
-        target_modules=spec.lora_target_modules,
+        r=r,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # PEFT annotates int, scales by any number
+        lora_dropout=dropout,
+        target_modules=target_modules,
+        modules_to_save=trainable_outside_backbone(model),
     )
     try:
         return get_peft_model(model, lora_config)
@@ -120,12 +175,19 @@ def apply_lora(model: PreTrainedModel, spec: JobSpec) -> nn.Module:
 
 
 def parameter_counts(model: nn.Module) -> dict[str, Any]:
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())
+    """Trainable and total parameters, and the LoRA matrices' share (the figure the LoRA paper gives).
+
+    Under PEFT, modules_to_save keep a frozen original beside their trained copy; the total counts
+    each weight the model holds once per copy, as PEFT's own count does.
+    """
+    named = list(model.named_parameters())
+    trainable = sum(p.numel() for _, p in named if p.requires_grad)
+    total = sum(p.numel() for _, p in named)
     return {
         "trainable_params": trainable,
         "total_params": total,
         "trainable_percent": round(100.0 * trainable / total, 4) if total else 0.0,
+        "lora_params": sum(p.numel() for name, p in named if "lora_" in name),
     }
 
 
@@ -158,7 +220,74 @@ def _no_decay_parameter_names(model: nn.Module) -> set[str]:
     return names
 
 
-def make_optimizer(model: nn.Module, spec: JobSpec) -> torch.optim.Optimizer:
-    groups = optimizer_parameter_groups(model, spec.weight_decay)
-    # The fused AdamW kernel does the same update in one pass over the parameters (faster on CPU and GPU).
-    return torch.optim.AdamW(groups, lr=spec.learning_rate, fused=True)
+def make_optimizer(
+    model: nn.Module,
+    optim: str,
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> torch.optim.Optimizer:
+    """AdamW, as both scripts use it (Trainer's `adamw_torch` / `adamw_torch_fused`).
+
+    The fused kernel does the same update in one pass over the parameters (faster on CPU and GPU).
+    """
+    if optim not in ("adamw_torch", "adamw_torch_fused"):
+        raise JobFailed(
+            f"optim {optim!r} is not available; use adamw_torch or adamw_torch_fused", field="optim"
+        )
+    groups = optimizer_parameter_groups(model, weight_decay)
+    return torch.optim.AdamW(
+        groups, lr=learning_rate, betas=betas, eps=eps, fused=optim == "adamw_torch_fused"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model files: what a checkpoint folder holds of the model
+# ---------------------------------------------------------------------------------------------------
+
+
+def save_model_files(model: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """`save_pretrained` files (a PEFT model writes its adapter, classifier and pooler included) and
+    the tokenizer: a folder that `from_pretrained` (or PeftModel.from_pretrained) loads."""
+    model.save_pretrained(str(folder), is_main_process=True)  # type: ignore[operator]
+    tokenizer.save_pretrained(str(folder))
+
+
+def load_model_files(model: nn.Module, folder: Path) -> None:
+    """Load what `save_model_files` wrote into a model of the same build (resume, best model)."""
+    from peft import PeftModel, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if isinstance(model, PeftModel):
+        loaded: Any = set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+        if loaded.unexpected_keys:
+            raise ModelError(f"the adapter in {folder} does not fit this model: {loaded.unexpected_keys[:3]}")
+        return
+    single = folder / "model.safetensors"
+    result: Any
+    if single.is_file():
+        result = model.load_state_dict(load_file(single), strict=False)
+    else:  # a large model's shards
+        from transformers.trainer_utils import load_sharded_checkpoint
+
+        result = load_sharded_checkpoint(model, str(folder), strict=False)
+    # save_pretrained writes a weight shared by two modules once; the other name comes back missing.
+    shared = _shared_parameter_names(model)
+    missing = [key for key in result.missing_keys if key not in shared]
+    if missing or result.unexpected_keys:
+        raise ModelError(
+            f"the model in {folder} does not fit this model (missing {missing[:3]}, "
+            f"unexpected {list(result.unexpected_keys)[:3]})"
+        )
+
+
+def _shared_parameter_names(model: nn.Module) -> set[str]:
+    seen: dict[int, str] = {}
+    shared: set[str] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            shared |= {name, seen[id(tensor)]}
+        seen[id(tensor)] = name
+    return shared

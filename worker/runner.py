@@ -25,6 +25,7 @@ from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
 from shared.models import Job, JobStatus
+from worker.determinism import job_environment
 from worker.outcome import clear_errors, failure_message, log_dir
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class Worker:
                 child_command(job),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=child_environment(self.settings),
+                env={**child_environment(self.settings), **job_environment(job.spec)},
                 start_new_session=True,  # its own process group: a stop reaches all of `accelerate launch`
             )
             stopped = self._supervise(job, child)

@@ -1,8 +1,10 @@
-"""The training loop: run_glue_no_trainer.py's behaviour with Accelerate, DB-free.
+"""The training loop: run_glue_no_trainer.py's behaviour (or Trainer's, under the trainer recipe)
+with Accelerate, DB-free.
 
 It reads like accelerate's nlp_example: Accelerator, seed, data, model, optimizer, scheduler,
 `prepare`, then per epoch train → evaluate → log → save. Everything it learns goes to a `Reporter`
-(the runner's, which writes the database); only the main process reports.
+(the runner's, which writes the database) and to the job's experiment trackers; only the main
+process reports.
 """
 
 from __future__ import annotations
@@ -33,25 +35,22 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from shared.config import Settings
 from shared.errors import JobFailed
+from shared.metric_rules import MetricPlan, improves, metric_plan, ranking_metric
 from shared.spec import JobSpec
-from shared.tasks import (
-    EVAL_SPLIT,
-    FILE_CLASSIFICATION_METRICS,
-    FILE_REGRESSION_METRICS,
-    LOSS_METRIC,
-    TRAIN_SPLIT,
-    greater_is_better,
-)
-from worker import checkpoints
-from worker.data import TokenizedData, load_raw_data, tokenize_data
-from worker.glue_metric import compute_metrics
+from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
+from worker import checkpoints, tracking
+from worker.data import RawData, TokenizedData, load_raw_data, tokenize_data
+from worker.determinism import deterministic_kernels
+from worker.glue_metric import compute_plan
 from worker.modeling import (
     apply_lora,
     load_model,
+    load_model_files,
     load_tokenizer,
     make_optimizer,
     parameter_counts,
     resolve_model,
+    save_model_files,
 )
 
 logger = logging.getLogger(__name__)
@@ -84,26 +83,9 @@ class Reporter(Protocol):
     def checkpoints_deleted(self, steps: list[int]) -> None: ...
 
 
-@dataclass
-class _Progress:
-    """Counters of the loop, kept together so the helpers below can read them."""
-
-    best_metric: str
-    completed_steps: int = 0
-    steps_per_epoch: int = 1
-    best_value: float | None = None
-    best_step: int | None = None
-    last_eval_step: int | None = None
-    last_save_step: int | None = None
-    eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    train_seconds: float = 0.0
-    train_samples: int = 0
-    padded_tokens: int = 0
-    real_tokens: int = 0
-
-    @property
-    def epoch(self) -> float:
-        return round(self.completed_steps / self.steps_per_epoch, 4)
+# ---------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------
 
 
 def run_training(
@@ -122,6 +104,7 @@ def run_training(
     """
     if spec.fp16 and not torch.cuda.is_available():
         raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
+    trackers = tracking.trackers_for(spec)
     accelerator = Accelerator(
         # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
         cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available(),
@@ -129,16 +112,43 @@ def run_training(
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         # Each epoch's order follows from (seed, epoch), so a resumed run sees the same batches.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        log_with=trackers or None,
+        project_config=tracking.project_configuration(output_dir),
     )
-    report = _MainProcessReporter(reporter, accelerator.is_main_process)
+    if trackers:
+        accelerator.init_trackers(
+            tracking.PROJECT_NAME,
+            config=tracking.tracker_config(spec),
+            init_kwargs=tracking.init_kwargs(output_dir),
+        )
+    try:
+        with deterministic_kernels(spec.use_deterministic_algorithms):
+            return _train(spec, settings, accelerator, output_dir, reporter, resume_from, stop_requested)
+    finally:
+        if trackers:
+            accelerator.end_training()
+
+
+def _train(
+    spec: JobSpec,
+    settings: Settings,
+    accelerator: Accelerator,
+    output_dir: Path,
+    reporter: Reporter,
+    resume_from: Path | None,
+    stop_requested: Callable[[], bool],
+) -> dict[str, Any]:
+    report = _MainProcessReporter(reporter, accelerator)
     assert spec.seed is not None, "the API records a seed on every job"
     set_seed(spec.seed)
 
     # --- data and model ---------------------------------------------------------------------------
     model_source = resolve_model(spec.model_name_or_path, settings)
-    tokenizer = load_tokenizer(model_source, spec)
+    tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
     raw = load_raw_data(spec, settings)
-    best_metric = _best_metric(spec, raw.is_regression)
+    num_labels = 1 if raw.is_regression else len(raw.label_names or ())
+    plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
+    ranking = _ranking_metric(plan, spec.metric_for_best_model)
     with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
         data = tokenize_data(
             raw,
@@ -147,20 +157,8 @@ def run_training(
             pad_to_max_length=spec.pad_to_max_length,
             cache_dir=settings.cache_dir,
         )
-    report.log(
-        f"data: {len(data.train)} training rows, "
-        + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
-        + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
-        data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
-    )
-    model: Any = load_model(
-        model_source,
-        spec,
-        num_labels=1 if raw.is_regression else len(raw.label_names or ()),
-        label_names=raw.label_names,
-    )
-    if spec.apply_lora:
-        model = apply_lora(model, spec)
+    _report_data(report, data)
+    model = _build_model(model_source, spec, raw, num_labels)
     counts = parameter_counts(model)
     report.log(
         f"parameters: {counts['trainable_params']:,} trainable of {counts['total_params']:,} "
@@ -168,132 +166,600 @@ def run_training(
         data=counts,
     )
 
-    train_dataloader, eval_dataloaders, length_sampler = _make_dataloaders(data, tokenizer, spec, accelerator)
-    optimizer = make_optimizer(model, spec)
-
+    train_dataloader, eval_dataloaders, length_sampler = make_dataloaders(
+        data,
+        tokenizer,
+        pad_to_max_length=spec.pad_to_max_length,
+        group_by_length=spec.group_by_length,
+        train_batch_size=spec.per_device_train_batch_size,
+        eval_batch_size=spec.per_device_eval_batch_size,
+        seed=spec.seed,
+        mixed_precision=accelerator.mixed_precision != "no",
+    )
+    optimizer = make_optimizer(
+        model,
+        spec.optim,
+        learning_rate=spec.learning_rate,
+        weight_decay=spec.weight_decay,
+        betas=(spec.adam_beta1, spec.adam_beta2),
+        eps=spec.adam_epsilon,
+    )
     model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
         model, optimizer, train_dataloader, *eval_dataloaders.values()
     )
     eval_dataloaders = dict(zip(eval_dataloaders, prepared_evals, strict=True))
+    _keep_model_files_in_checkpoints(accelerator, tokenizer)
 
-    # --- the schedule: the script's arithmetic, in optimizer updates of one process --------------
-    # Counted after `prepare`, which shards the batches across processes.
-    steps_per_epoch = math.ceil(len(train_dataloader) / spec.gradient_accumulation_steps)
-    max_train_steps = spec.max_train_steps or spec.num_train_epochs * steps_per_epoch
-    num_epochs = math.ceil(max_train_steps / steps_per_epoch)
-    warmup_steps = spec.num_warmup_steps or math.ceil(spec.warmup_ratio * max_train_steps)
+    # --- the schedule: the script's arithmetic, counted after `prepare` shards the batches -------
+    schedule = plan_schedule(
+        len(train_dataloader),
+        accumulation=spec.gradient_accumulation_steps,
+        max_train_steps=spec.max_train_steps,
+        num_train_epochs=spec.num_train_epochs,
+        num_warmup_steps=spec.num_warmup_steps,
+        warmup_ratio=spec.warmup_ratio,
+    )
     # A prepared scheduler steps once per process per update, hence the factors (as in the script).
     lr_scheduler = accelerator.prepare(
         get_scheduler(
             name=spec.lr_scheduler_type,
             optimizer=optimizer,
-            num_warmup_steps=warmup_steps * accelerator.num_processes,
-            num_training_steps=max_train_steps * accelerator.num_processes,
+            num_warmup_steps=schedule.warmup_steps * accelerator.num_processes,
+            num_training_steps=schedule.max_train_steps * accelerator.num_processes,
         )
     )
-    progress = _Progress(steps_per_epoch=steps_per_epoch, best_metric=best_metric)
-    checkpoints_dir = output_dir / "checkpoints"
-
+    run = _Run(
+        accelerator=accelerator,
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        eval_dataloaders=eval_dataloaders,
+        plan=plan,
+        report=report,
+        progress=_Progress(steps_per_epoch=schedule.steps_per_epoch, ranking=ranking),
+        checkpoints_dir=output_dir / "checkpoints",
+    )
     start_epoch, skip_batches = 0, 0
     if resume_from is not None:
-        start_epoch, skip_batches = _resume(accelerator, resume_from, progress, spec)
-        report.log(
-            f"resumed from {resume_from.name} at step {progress.completed_steps}",
-            data={"checkpoint": str(resume_from), "step": progress.completed_steps},
-        )
-
+        start_epoch, skip_batches = _resume(run, resume_from, spec.gradient_accumulation_steps)
     report.log(
-        f"training: {num_epochs} epochs, {max_train_steps} optimizer steps, "
+        f"training: {schedule.num_epochs} epochs, {schedule.max_train_steps} optimizer steps, "
         f"batch {spec.per_device_train_batch_size} × {accelerator.num_processes} processes × "
         f"{spec.gradient_accumulation_steps} accumulation, on {accelerator.device}, "
         f"mixed precision {accelerator.mixed_precision}",
-        data={"num_epochs": num_epochs, "max_train_steps": max_train_steps, "warmup_steps": warmup_steps},
+        data={
+            "num_epochs": schedule.num_epochs,
+            "max_train_steps": schedule.max_train_steps,
+            "warmup_steps": schedule.warmup_steps,
+        },
     )
 
-    def evaluate_now() -> dict[str, float]:
-        return _evaluate_all(model, eval_dataloaders, accelerator, raw.is_regression, spec, progress, report)
-
-    def save_now(metrics: dict[str, float]) -> None:
-        _save_checkpoint(accelerator, checkpoints_dir, progress, spec, metrics, report)
-
     # --- the loop -----------------------------------------------------------------------------------
-    window_loss = torch.zeros((), device=accelerator.device)
-    window_batches = 0
-    real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
-    for epoch in range(start_epoch, num_epochs):
-        model.train()
-        _start_epoch(train_dataloader, length_sampler, spec, epoch)
+    intervals = _Intervals.of(spec)
+    for epoch in range(start_epoch, schedule.num_epochs):
+        _start_epoch(train_dataloader, length_sampler, spec.seed, epoch)
         loader = train_dataloader
         if epoch == start_epoch and skip_batches:
             loader = accelerator.skip_first_batches(train_dataloader, skip_batches)
-        epoch_started = time.perf_counter()
-        for batch in loader:
-            with accelerator.accumulate(model):
-                outputs = model(**batch)
-                loss = outputs.loss
-                accelerator.backward(loss)
-                optimizer.step()
-                lr_scheduler.step()
-                optimizer.zero_grad()
-            window_loss += loss.detach().float()
-            window_batches += 1
-            progress.train_samples += batch["input_ids"].shape[0] * accelerator.num_processes
-            progress.padded_tokens += batch["input_ids"].numel() * accelerator.num_processes
-            real_tokens += batch["attention_mask"].sum()
-            if not accelerator.sync_gradients:
-                continue
-            progress.completed_steps += 1
-            step = progress.completed_steps
-            is_last = step >= max_train_steps
-            if step % spec.logging_steps == 0 or is_last:
-                _log_training(accelerator, report, progress, window_loss, window_batches, lr_scheduler)
-                window_loss.zero_()
-                window_batches = 0
-            pause = time.perf_counter()
-            metrics: dict[str, float] = {}
-            if spec.eval_strategy == "steps" and spec.eval_steps and step % spec.eval_steps == 0:
-                metrics = evaluate_now()
-            if spec.save_strategy == "steps" and spec.save_steps and step % spec.save_steps == 0:
-                save_now(metrics)
-            epoch_started += time.perf_counter() - pause  # evaluation and saving are not training time
-            if is_last:
-                break
-            if _stop_agreed(accelerator, stop_requested):
-                save_now({})
-                raise Preempted(step, checkpoints.checkpoint_path(checkpoints_dir, step))
-        progress.train_seconds += time.perf_counter() - epoch_started
-        if window_batches:  # an epoch that ended between two logging steps
-            _log_training(accelerator, report, progress, window_loss, window_batches, lr_scheduler)
-            window_loss.zero_()
-            window_batches = 0
-        metrics = evaluate_now() if spec.eval_strategy == "epoch" else {}
-        if spec.save_strategy == "epoch":
-            save_now(metrics)
-        if progress.completed_steps >= max_train_steps:
+        done = _train_epoch(run, loader, intervals, schedule.max_train_steps, stop_requested)
+        if not run.progress.stopped_early:
+            done = _end_of_epoch(run, intervals) or done
+        if done:
             break
 
-    if spec.eval_strategy != "no" and progress.last_eval_step != progress.completed_steps:
-        evaluate_now()  # so that every run ends with the metrics of its final weights
-    progress.real_tokens = int(accelerator.reduce(real_tokens, reduction="sum").item())
+    if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
+        _evaluate_all(run)  # so that every run ends with the metrics of its final weights
+    return _finish(run, spec, tokenizer, data, raw, output_dir, counts)
 
-    # --- the final model -----------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """What the loop's steps share once everything is prepared (Trainer keeps the same on `self`)."""
+
+    accelerator: Accelerator
+    model: Any
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: Any
+    eval_dataloaders: dict[str, DataLoader]
+    plan: MetricPlan
+    report: _MainProcessReporter
+    progress: _Progress
+    checkpoints_dir: Path
+
+
+@dataclass(frozen=True)
+class _Intervals:
+    """When the loop logs, evaluates, saves, clips and stops early: the spec's values, nothing else."""
+
+    logging_steps: int
+    eval_strategy: str
+    eval_steps: int | None
+    save_strategy: str
+    save_steps: int | None
+    save_total_limit: int | None
+    max_grad_norm: float | None
+    early_stopping_patience: int | None
+    early_stopping_threshold: float
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> _Intervals:
+        return cls(
+            logging_steps=spec.logging_steps,
+            eval_strategy=spec.eval_strategy,
+            eval_steps=spec.eval_steps,
+            save_strategy=spec.save_strategy,
+            save_steps=spec.save_steps,
+            save_total_limit=spec.save_total_limit,
+            max_grad_norm=spec.max_grad_norm or None,  # Trainer: 0 means no clipping too
+            early_stopping_patience=spec.early_stopping_patience,
+            early_stopping_threshold=spec.early_stopping_threshold,
+        )
+
+    def evaluates_at(self, step: int) -> bool:
+        return self.eval_strategy == "steps" and bool(self.eval_steps) and step % (self.eval_steps or 1) == 0
+
+    def saves_at(self, step: int) -> bool:
+        return self.save_strategy == "steps" and bool(self.save_steps) and step % (self.save_steps or 1) == 0
+
+
+@dataclass
+class _Progress:
+    """Where the loop is, and what it has learnt: the counters Trainer keeps in its TrainerState."""
+
+    steps_per_epoch: int
+    ranking: str  # the metric that ranks evaluations
+    completed_steps: int = 0
+    best_value: float | None = None
+    best_step: int | None = None
+    evaluations_without_improvement: int = 0
+    last_eval_step: int | None = None
+    last_save_step: int | None = None
+    eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    train_samples: int = 0
+    padded_tokens: int = 0
+    real_tokens: int = 0
+    stopped_early: bool = False
+
+    @property
+    def epoch(self) -> float:
+        return round(self.completed_steps / self.steps_per_epoch, 4)
+
+    def record_evaluation(self, metrics: dict[str, float], *, threshold: float) -> None:
+        """Track the best evaluation and, as EarlyStoppingCallback does, the evaluations in a row that
+        did not beat the best so far by more than `threshold`."""
+        self.last_eval_step = self.completed_steps
+        self.eval_metrics[self.completed_steps] = metrics
+        value = metrics.get(self.ranking)
+        if value is None:
+            return
+        if improves(value, self.best_value, self.ranking, threshold=threshold):
+            self.evaluations_without_improvement = 0
+        else:
+            self.evaluations_without_improvement += 1
+        if improves(value, self.best_value, self.ranking):
+            self.best_value, self.best_step = value, self.completed_steps
+
+    def state(self) -> checkpoints.TrainingState:
+        return checkpoints.TrainingState(
+            self.completed_steps,
+            self.epoch,
+            self.best_value,
+            self.best_step,
+            self.evaluations_without_improvement,
+        )
+
+
+@dataclass
+class _Window:
+    """The training rows' window: the mean loss over the batches since the last row."""
+
+    loss: torch.Tensor
+    batches: int = 0
+    grad_norm: float | None = None  # the last optimizer step's, before clipping (as Trainer logs it)
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.loss += loss.detach().float()
+        self.batches += 1
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.batches = 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train_epoch(
+    run: _Run, loader: Any, intervals: _Intervals, max_train_steps: int, stop_requested: Callable[[], bool]
+) -> bool:
+    """One pass over the training batches; whether training is over (max steps or early stopping)."""
+    accelerator, progress = run.accelerator, run.progress
+    run.model.train()
+    window = _Window(torch.zeros((), device=accelerator.device))
+    real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
+    started = time.perf_counter()
+    done = False
+    for batch in loader:
+        loss, grad_norm = train_step(run, batch, intervals.max_grad_norm)
+        window.add(loss)
+        window.grad_norm = grad_norm if grad_norm is not None else window.grad_norm
+        progress.train_samples += batch["input_ids"].shape[0] * accelerator.num_processes
+        progress.padded_tokens += batch["input_ids"].numel() * accelerator.num_processes
+        real_tokens += batch["attention_mask"].sum()
+        if not accelerator.sync_gradients:
+            continue
+        progress.completed_steps += 1
+        step = progress.completed_steps
+        done = step >= max_train_steps
+        if step % intervals.logging_steps == 0 or done:
+            _log_training(run, window)
+        paused = time.perf_counter()
+        done = _after_step(run, intervals) or done
+        started += time.perf_counter() - paused  # evaluation and saving are not training time
+        if done:
+            break
+        if _stop_agreed(accelerator, stop_requested):
+            _save_checkpoint(run, {}, keep=intervals.save_total_limit)
+            raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
+    progress.train_seconds += time.perf_counter() - started
+    progress.real_tokens += int(accelerator.reduce(real_tokens, reduction="sum").item())
+    if window.batches:  # an epoch that ended between two logging steps
+        _log_training(run, window)
+    return done
+
+
+def train_step(
+    run: _Run, batch: dict[str, torch.Tensor], max_grad_norm: float | None
+) -> tuple[Any, float | None]:
+    """Forward, backward and (once the accumulated batches are in) the optimizer step; the loss,
+    and the gradients' norm before clipping when this step clipped them."""
+    accelerator = run.accelerator
+    grad_norm = None
+    with accelerator.accumulate(run.model):
+        loss = run.model(**batch).loss
+        accelerator.backward(loss)
+        if max_grad_norm is not None and accelerator.sync_gradients:
+            # Trainer's clipping: the global norm over every parameter, unscaled first under fp16.
+            grad_norm = float(accelerator.clip_grad_norm_(run.model.parameters(), max_grad_norm))
+        run.optimizer.step()
+        run.lr_scheduler.step()
+        run.optimizer.zero_grad()
+    return loss, grad_norm
+
+
+def _after_step(run: _Run, intervals: _Intervals) -> bool:
+    """Evaluate and save when the step strategies say so; whether early stopping ends the training."""
+    step = run.progress.completed_steps
+    metrics: dict[str, float] = {}
+    if intervals.evaluates_at(step):
+        metrics = _evaluate_all(run, threshold=intervals.early_stopping_threshold)
+    if intervals.saves_at(step):
+        _save_checkpoint(run, metrics, keep=intervals.save_total_limit)
+    return bool(metrics) and _stops_early(run, intervals.early_stopping_patience)
+
+
+def _end_of_epoch(run: _Run, intervals: _Intervals) -> bool:
+    """The epoch strategies' evaluation and save; whether early stopping ends the training."""
+    metrics: dict[str, float] = {}
+    if intervals.eval_strategy == "epoch":
+        metrics = _evaluate_all(run, threshold=intervals.early_stopping_threshold)
+    if intervals.save_strategy == "epoch":
+        _save_checkpoint(run, metrics, keep=intervals.save_total_limit)
+    return bool(metrics) and _stops_early(run, intervals.early_stopping_patience)
+
+
+def _stops_early(run: _Run, patience: int | None) -> bool:
+    progress = run.progress
+    if patience is None or progress.evaluations_without_improvement < patience:
+        return False
+    progress.stopped_early = True
+    run.report.log(
+        f"early stopping at step {progress.completed_steps}: {progress.evaluations_without_improvement} "
+        f"evaluations without improving {progress.ranking} (best {progress.best_value:.4f} at step "
+        f"{progress.best_step})",
+        data={"step": progress.completed_steps, "best_step": progress.best_step},
+    )
+    return True
+
+
+def _log_training(run: _Run, window: _Window) -> None:
+    mean_loss = run.accelerator.reduce(window.loss / max(window.batches, 1), reduction="mean")
+    values = {"loss": float(mean_loss.item()), "learning_rate": float(run.lr_scheduler.get_last_lr()[0])}
+    if window.grad_norm is not None:
+        values["grad_norm"] = window.grad_norm
+    run.report.metrics(
+        step=run.progress.completed_steps, epoch=run.progress.epoch, split=TRAIN_SPLIT, values=values
+    )
+    window.reset()
+
+
+def _stop_agreed(accelerator: Accelerator, stop_requested: Callable[[], bool]) -> bool:
+    """Whether to stop now; with several processes all of them must stop at the same step, so the
+    flags are summed across processes (one tiny collective per step, only when there are several)."""
+    if accelerator.num_processes == 1:
+        return stop_requested()
+    flag = torch.tensor([1 if stop_requested() else 0], device=accelerator.device)
+    return bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------
+
+
+def _evaluate_all(run: _Run, *, threshold: float = 0.0) -> dict[str, float]:
+    """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
+    progress = run.progress
+    main: dict[str, float] = {}
+    for split, dataloader in run.eval_dataloaders.items():
+        metrics = evaluate(run.model, dataloader, run.accelerator, run.plan)
+        ranking = progress.ranking if split == EVAL_SPLIT else None
+        run.report.metrics(
+            step=progress.completed_steps,
+            epoch=progress.epoch,
+            split=split,
+            values=metrics,
+            best_metric=ranking,
+        )
+        if split == EVAL_SPLIT:
+            main = metrics
+    progress.record_evaluation(main, threshold=threshold)
+    summary = ", ".join(f"{k} {v:.4f}" for k, v in main.items())
+    run.report.log(
+        f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary}",
+        data={"step": progress.completed_steps, "metrics": main},
+    )
+    return main
+
+
+def evaluate(
+    model: Any, dataloader: DataLoader, accelerator: Accelerator, plan: MetricPlan
+) -> dict[str, float]:
+    """The plan's metrics and the loss over a whole split, gathered from every process."""
+    model.eval()
+    all_logits, all_labels = [], []
+    with torch.no_grad():
+        for batch in dataloader:
+            logits = model(**batch).logits
+            logits, labels = accelerator.gather_for_metrics((logits.float(), batch["labels"]))
+            all_logits.append(logits.cpu())
+            all_labels.append(labels.cpu())
+    model.train()
+    logits = torch.cat(all_logits)
+    labels = torch.cat(all_labels)
+    if logits.shape[-1] == 1:  # regression (num_labels 1)
+        predictions = logits.squeeze(-1)
+        loss = torch.nn.functional.mse_loss(predictions, labels.float())
+    else:
+        predictions = logits.argmax(dim=-1)
+        loss = torch.nn.functional.cross_entropy(logits, labels.long())
+    metrics = compute_plan(plan, predictions.numpy(), labels.numpy())
+    metrics["loss"] = float(loss)
+    return metrics
+
+
+def _ranking_metric(plan: MetricPlan, requested: str | None) -> str:
+    """The metric that ranks evaluations; a job on its own files learns only here what its data reports."""
+    try:
+        return ranking_metric(plan, requested)
+    except ValueError as exc:
+        raise JobFailed(str(exc), field="metric_for_best_model") from exc
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------------
+
+
+def _keep_model_files_in_checkpoints(accelerator: Accelerator, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Make every checkpoint a model: `save_state` hands its model to these hooks, which write it
+    with `save_pretrained` (the adapter, for LoRA) beside the tokenizer, and `load_state` reads it
+    back from there. Accelerate then writes the optimizer, scheduler and RNG states only, and no
+    second copy of the weights."""
+
+    def save(models: list[Any], weights: list[Any], folder: str) -> None:
+        if accelerator.is_main_process:
+            save_model_files(accelerator.unwrap_model(models[0]), tokenizer, Path(folder))
+        weights.pop(0)
+
+    def load(models: list[Any], folder: str) -> None:
+        load_model_files(accelerator.unwrap_model(models.pop(0)), Path(folder))
+
+    accelerator.register_save_state_pre_hook(save)
+    accelerator.register_load_state_pre_hook(load)
+
+
+def _save_checkpoint(run: _Run, metrics: dict[str, float], *, keep: int | None) -> None:
+    accelerator, progress = run.accelerator, run.progress
+    step = progress.completed_steps
+    if progress.last_save_step == step:
+        return
+    final = checkpoints.checkpoint_path(run.checkpoints_dir, step)
+    staging = checkpoints.staging_path(final)
+    staging.mkdir(parents=True, exist_ok=True)  # every rank writes into it; none may find it missing
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging))  # every process writes its part (optimizer shards, RNG)
+    accelerator.wait_for_everyone()  # all parts are written before the folder is renamed
+    if accelerator.is_main_process:
+        progress.state().write(staging)
+        checkpoints.publish(staging, final)
+    accelerator.wait_for_everyone()
+    progress.last_save_step = step
+    is_best = bool(metrics) and progress.best_step == step
+    run.report.checkpoint(step=step, epoch=progress.epoch, path=str(final), metrics=metrics, is_best=is_best)
+    if accelerator.is_main_process:
+        deleted = checkpoints.rotate(run.checkpoints_dir, keep=keep, best_step=progress.best_step)
+        if deleted:
+            run.report.checkpoints_deleted(deleted)
+    accelerator.wait_for_everyone()
+
+
+def _resume(run: _Run, folder: Path, accumulation: int) -> tuple[int, int]:
+    """Load a checkpoint; the epoch to start in and the batches of it already done."""
+    run.accelerator.load_state(str(folder))
+    state = checkpoints.TrainingState.read(folder)
+    progress = run.progress
+    progress.completed_steps = state.completed_steps
+    progress.best_value, progress.best_step = state.best_value, state.best_step
+    progress.evaluations_without_improvement = state.evaluations_without_improvement
+    progress.last_save_step = state.completed_steps
+    run.report.log(
+        f"resumed from {folder.name} at step {progress.completed_steps}",
+        data={"checkpoint": str(folder), "step": progress.completed_steps},
+    )
+    epoch, steps_into_epoch = divmod(state.completed_steps, progress.steps_per_epoch)
+    return epoch, steps_into_epoch * accumulation
+
+
+# ---------------------------------------------------------------------------------------------------
+# Set-up: data, model, data loaders, schedule
+# ---------------------------------------------------------------------------------------------------
+
+
+def _report_data(report: _MainProcessReporter, data: TokenizedData) -> None:
+    report.log(
+        f"data: {len(data.train)} training rows, "
+        + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
+        + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
+        data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
+    )
+
+
+def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int) -> Any:
+    model = load_model(
+        model_source,
+        num_labels=num_labels,
+        label_names=raw.label_names,
+        task_name=spec.task_name,
+        cls_dropout=spec.cls_dropout,
+        ignore_mismatched_sizes=spec.ignore_mismatched_sizes,
+    )
+    if not spec.apply_lora:
+        return model
+    return apply_lora(
+        model,
+        r=spec.lora_r,
+        alpha=spec.lora_alpha,
+        dropout=spec.lora_dropout,
+        target_modules=spec.lora_target_modules,
+    )
+
+
+def make_dataloaders(
+    data: TokenizedData,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    pad_to_max_length: bool,
+    group_by_length: bool,
+    train_batch_size: int,
+    eval_batch_size: int,
+    seed: int,
+    mixed_precision: bool,
+) -> tuple[DataLoader, dict[str, DataLoader], LengthGroupedSampler | None]:
+    collate = _collator(tokenizer, pad_to_max_length=pad_to_max_length, mixed_precision=mixed_precision)
+    sampler = None
+    if group_by_length:
+        # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
+        lengths = pyarrow.compute.list_value_length(data.train.data.column("input_ids")).to_pylist()
+        sampler = LengthGroupedSampler(train_batch_size, lengths=lengths)
+    train = DataLoader(
+        data.train,
+        shuffle=sampler is None,
+        sampler=sampler,
+        collate_fn=collate,
+        batch_size=train_batch_size,
+        # A generator of its own: otherwise each epoch's iterator draws from the global RNG, and a
+        # resumed run's dropout masks would drift from those of the run it continues.
+        generator=torch.Generator().manual_seed(seed),
+    )
+    evals = {
+        split: DataLoader(ds, collate_fn=collate, batch_size=eval_batch_size)
+        for split, ds in data.evals.items()
+    }
+    return train, evals, sampler
+
+
+def _collator(
+    tokenizer: PreTrainedTokenizerBase, *, pad_to_max_length: bool, mixed_precision: bool
+) -> Callable[..., Any]:
+    if pad_to_max_length:
+        return default_data_collator
+    # Padding to a multiple of 8 lets tensor cores work under mixed precision (the script's rule).
+    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if mixed_precision else None)
+
+
+def _start_epoch(dataloader: Any, length_sampler: LengthGroupedSampler | None, seed: int, epoch: int) -> None:
+    if length_sampler is not None:
+        length_sampler.generator = torch.Generator().manual_seed(seed + epoch)
+    if hasattr(dataloader, "set_epoch"):
+        dataloader.set_epoch(epoch)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The script's arithmetic, in optimizer updates of one process."""
+
+    steps_per_epoch: int
+    max_train_steps: int
+    num_epochs: int
+    warmup_steps: int
+
+
+def plan_schedule(
+    batches_per_epoch: int,
+    *,
+    accumulation: int,
+    max_train_steps: int | None,
+    num_train_epochs: int,
+    num_warmup_steps: int,
+    warmup_ratio: float,
+) -> Schedule:
+    steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
+    total = max_train_steps or num_train_epochs * steps_per_epoch
+    return Schedule(
+        steps_per_epoch=steps_per_epoch,
+        max_train_steps=total,
+        num_epochs=math.ceil(total / steps_per_epoch),
+        warmup_steps=num_warmup_steps or math.ceil(warmup_ratio * total),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------
+
+
+def _finish(
+    run: _Run,
+    spec: JobSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    data: TokenizedData,
+    raw: RawData,
+    output_dir: Path,
+    counts: dict[str, Any],
+) -> dict[str, Any]:
+    """The final model (the best checkpoint's, on request), predictions, and the run's summary."""
+    progress, accelerator = run.progress, run.accelerator
     final_metrics = progress.eval_metrics.get(progress.completed_steps, {})
     if spec.load_best_model_at_end and progress.best_step is not None:
-        best = checkpoints.checkpoint_path(checkpoints_dir, progress.best_step)
+        best = checkpoints.checkpoint_path(run.checkpoints_dir, progress.best_step)
         accelerator.load_state(str(best))
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
-        report.log(
-            f"loaded the best checkpoint (step {progress.best_step}, {best_metric} "
+        run.report.log(
+            f"loaded the best checkpoint (step {progress.best_step}, {progress.ranking} "
             f"{progress.best_value:.4f}) for the final model"
         )
-    _save_final_model(accelerator, model, tokenizer, output_dir, spec, report)
+    _save_final_model(run, tokenizer, output_dir, apply_lora=spec.apply_lora, merged=spec.save_merged_model)
     if data.test is not None:
-        _write_predictions(accelerator, model, data, tokenizer, spec, raw.label_names, output_dir, report)
-
+        _write_predictions(run, data, tokenizer, spec, raw.label_names, output_dir)
     return {
         **counts,
         "completed_steps": progress.completed_steps,
         "epochs": progress.epoch,
+        "stopped_early": progress.stopped_early,
         "train_samples": progress.train_samples,
         "train_runtime_s": round(progress.train_seconds, 3),
         "train_samples_per_second": round(progress.train_samples / max(progress.train_seconds, 1e-9), 3),
@@ -310,272 +776,45 @@ def run_training(
     }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Data loaders
-# ---------------------------------------------------------------------------------------------------
-
-
-def _make_dataloaders(
-    data: TokenizedData, tokenizer: PreTrainedTokenizerBase, spec: JobSpec, accelerator: Accelerator
-) -> tuple[DataLoader, dict[str, DataLoader], LengthGroupedSampler | None]:
-    collate: Callable[..., Any]
-    if spec.pad_to_max_length:
-        collate = default_data_collator
-    else:
-        # Padding to a multiple of 8 lets tensor cores work under mixed precision (the script's rule).
-        multiple = 8 if accelerator.mixed_precision != "no" else None
-        collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
-    sampler = None
-    if spec.group_by_length:
-        # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
-        lengths = pyarrow.compute.list_value_length(data.train.data.column("input_ids")).to_pylist()
-        sampler = LengthGroupedSampler(spec.per_device_train_batch_size, lengths=lengths)
-    assert spec.seed is not None
-    train = DataLoader(
-        data.train,
-        shuffle=sampler is None,
-        sampler=sampler,
-        collate_fn=collate,
-        batch_size=spec.per_device_train_batch_size,
-        # A generator of its own: otherwise each epoch's iterator draws from the global RNG, and a
-        # resumed run's dropout masks would drift from those of the run it continues.
-        generator=torch.Generator().manual_seed(spec.seed),
-    )
-    evals = {
-        split: DataLoader(ds, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
-        for split, ds in data.evals.items()
-    }
-    return train, evals, sampler
-
-
-def _start_epoch(
-    dataloader: Any, length_sampler: LengthGroupedSampler | None, spec: JobSpec, epoch: int
-) -> None:
-    assert spec.seed is not None
-    if length_sampler is not None:
-        length_sampler.generator = torch.Generator().manual_seed(spec.seed + epoch)
-    if hasattr(dataloader, "set_epoch"):
-        dataloader.set_epoch(epoch)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Logging, evaluation, checkpoints
-# ---------------------------------------------------------------------------------------------------
-
-
-def _log_training(
-    accelerator: Accelerator,
-    report: _MainProcessReporter,
-    progress: _Progress,
-    window_loss: torch.Tensor,
-    window_batches: int,
-    lr_scheduler: Any,
-) -> None:
-    mean_loss = accelerator.reduce(window_loss / max(window_batches, 1), reduction="mean")
-    values = {"loss": float(mean_loss.item()), "learning_rate": float(lr_scheduler.get_last_lr()[0])}
-    report.metrics(step=progress.completed_steps, epoch=progress.epoch, split=TRAIN_SPLIT, values=values)
-
-
-def _evaluate_all(
-    model: Any,
-    dataloaders: dict[str, DataLoader],
-    accelerator: Accelerator,
-    is_regression: bool,
-    spec: JobSpec,
-    progress: _Progress,
-    report: _MainProcessReporter,
-) -> dict[str, float]:
-    """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
-    main: dict[str, float] = {}
-    for split, dataloader in dataloaders.items():
-        metrics = evaluate(
-            model, dataloader, accelerator, task_name=spec.task_name, is_regression=is_regression
-        )
-        report.metrics(
-            step=progress.completed_steps,
-            epoch=progress.epoch,
-            split=split,
-            values=metrics,
-            best_metric=progress.best_metric if split == EVAL_SPLIT else None,
-        )
-        if split == EVAL_SPLIT:
-            main = metrics
-    progress.last_eval_step = progress.completed_steps
-    progress.eval_metrics[progress.completed_steps] = main
-    value = main.get(progress.best_metric)
-    if value is not None and _improves(value, progress.best_value, progress.best_metric):
-        progress.best_value, progress.best_step = value, progress.completed_steps
-    summary = ", ".join(f"{k} {v:.4f}" for k, v in main.items())
-    report.log(
-        f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary}",
-        data={"step": progress.completed_steps, "metrics": main},
-    )
-    return main
-
-
-def _stop_agreed(accelerator: Accelerator, stop_requested: Callable[[], bool]) -> bool:
-    """Whether to stop now; with several processes all of them must stop at the same step, so the
-    flags are summed across processes (one tiny collective per step, only when there are several)."""
-    if accelerator.num_processes == 1:
-        return stop_requested()
-    flag = torch.tensor([1 if stop_requested() else 0], device=accelerator.device)
-    return bool(accelerator.reduce(flag, reduction="sum").item() > 0)
-
-
-def _best_metric(spec: JobSpec, is_regression: bool) -> str:
-    """The metric that ranks evaluations; for a job on its own files, one that the labels allow."""
-    metric = spec.best_metric(is_regression=is_regression)
-    if spec.task_name is None and spec.metric_for_best_model is not None:
-        reported = (*(FILE_REGRESSION_METRICS if is_regression else FILE_CLASSIFICATION_METRICS), LOSS_METRIC)
-        if metric not in reported:
-            kind = "scores (regression)" if is_regression else "labels (classification)"
-            raise JobFailed(
-                f"metric_for_best_model {metric!r} is not reported for this data, whose {kind} give "
-                f"{', '.join(reported)}",
-                field="metric_for_best_model",
-            )
-    return metric
-
-
-def _improves(value: float, best: float | None, metric: str) -> bool:
-    if best is None:
-        return True
-    return value > best if greater_is_better(metric) else value < best
-
-
-def evaluate(
-    model: Any,
-    dataloader: DataLoader,
-    accelerator: Accelerator,
-    *,
-    task_name: str | None,
-    is_regression: bool,
-) -> dict[str, float]:
-    """The GLUE metrics and the loss over a whole split, gathered from every process."""
-    model.eval()
-    all_logits, all_labels = [], []
-    with torch.no_grad():
-        for batch in dataloader:
-            logits = model(**batch).logits
-            logits, labels = accelerator.gather_for_metrics((logits.float(), batch["labels"]))
-            all_logits.append(logits.cpu())
-            all_labels.append(labels.cpu())
-    model.train()
-    logits = torch.cat(all_logits)
-    labels = torch.cat(all_labels)
-    if is_regression:
-        predictions = logits.squeeze(-1)
-        loss = torch.nn.functional.mse_loss(predictions, labels.float())
-    else:
-        predictions = logits.argmax(dim=-1)
-        loss = torch.nn.functional.cross_entropy(logits, labels.long())
-    metrics = compute_metrics(task_name, predictions.numpy(), labels.numpy(), is_regression=is_regression)
-    metrics["loss"] = float(loss)
-    return metrics
-
-
-def _save_checkpoint(
-    accelerator: Accelerator,
-    checkpoints_dir: Path,
-    progress: _Progress,
-    spec: JobSpec,
-    metrics: dict[str, float],
-    report: _MainProcessReporter,
-) -> None:
-    step = progress.completed_steps
-    if progress.last_save_step == step:
-        return
-    final = checkpoints.checkpoint_path(checkpoints_dir, step)
-    staging = checkpoints.staging_path(final)
-    staging.mkdir(parents=True, exist_ok=True)  # every rank writes into it; none may find it missing
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(staging))  # every process writes its part (optimizer shards, RNG)
-    accelerator.wait_for_everyone()  # all parts are written before the folder is renamed
-    if accelerator.is_main_process:
-        state = checkpoints.TrainingState(step, progress.epoch, progress.best_value, progress.best_step)
-        state.write(staging)
-        checkpoints.publish(staging, final)
-    accelerator.wait_for_everyone()
-    progress.last_save_step = step
-    report.checkpoint(
-        step=step,
-        epoch=progress.epoch,
-        path=str(final),
-        metrics=metrics,
-        is_best=bool(metrics) and progress.best_step == step,
-    )
-    if accelerator.is_main_process:
-        deleted = checkpoints.rotate(
-            checkpoints_dir, keep=spec.save_total_limit, best_step=progress.best_step
-        )
-        if deleted:
-            report.checkpoints_deleted(deleted)
-    accelerator.wait_for_everyone()
-
-
-def _resume(accelerator: Accelerator, folder: Path, progress: _Progress, spec: JobSpec) -> tuple[int, int]:
-    """Load a checkpoint; the epoch to start in and the batches of it already done."""
-    accelerator.load_state(str(folder))
-    state = checkpoints.TrainingState.read(folder)
-    progress.completed_steps = state.completed_steps
-    progress.best_value, progress.best_step = state.best_value, state.best_step
-    progress.last_save_step = state.completed_steps
-    epoch, steps_into_epoch = divmod(state.completed_steps, progress.steps_per_epoch)
-    return epoch, steps_into_epoch * spec.gradient_accumulation_steps
-
-
-# ---------------------------------------------------------------------------------------------------
-# Outputs
-# ---------------------------------------------------------------------------------------------------
-
-
 def _save_final_model(
-    accelerator: Accelerator,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    output_dir: Path,
-    spec: JobSpec,
-    report: _MainProcessReporter,
+    run: _Run, tokenizer: PreTrainedTokenizerBase, output_dir: Path, *, apply_lora: bool, merged: bool
 ) -> None:
+    accelerator = run.accelerator
     accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model)
+    unwrapped = accelerator.unwrap_model(run.model)
     if accelerator.is_main_process:
         # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
-        unwrapped.save_pretrained(str(output_dir), is_main_process=True)
-        tokenizer.save_pretrained(str(output_dir))
-        report.log(
-            f"saved the {'LoRA adapter' if spec.apply_lora else 'model'} and tokenizer to {output_dir}"
-        )
-        if spec.apply_lora and spec.save_merged_model:
+        save_model_files(unwrapped, tokenizer, output_dir)
+        run.report.log(f"saved the {'LoRA adapter' if apply_lora else 'model'} and tokenizer to {output_dir}")
+        if apply_lora and merged:
             merged_dir = output_dir / "merged"
             unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
             tokenizer.save_pretrained(str(merged_dir))
-            report.log(f"saved the model with the adapter merged in to {merged_dir}")
+            run.report.log(f"saved the model with the adapter merged in to {merged_dir}")
     accelerator.wait_for_everyone()
 
 
 def _write_predictions(
-    accelerator: Accelerator,
-    model: Any,
+    run: _Run,
     data: TokenizedData,
     tokenizer: PreTrainedTokenizerBase,
     spec: JobSpec,
     label_names: list[str] | None,
     output_dir: Path,
-    report: _MainProcessReporter,
 ) -> None:
     """Predictions for test_file, like run_glue.py's predict_results file."""
     assert data.test is not None
+    accelerator = run.accelerator
     test = data.test.remove_columns([c for c in data.test.column_names if c == "labels"])
-    collate = default_data_collator if spec.pad_to_max_length else DataCollatorWithPadding(tokenizer)
+    collate = _collator(tokenizer, pad_to_max_length=spec.pad_to_max_length, mixed_precision=False)
     dataloader = accelerator.prepare(
         DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
     )
-    model.eval()
+    run.model.eval()
     outputs = []
     with torch.no_grad():
         for batch in dataloader:
-            outputs.append(accelerator.gather_for_metrics(model(**batch).logits.float()).cpu())
+            outputs.append(accelerator.gather_for_metrics(run.model(**batch).logits.float()).cpu())
     logits = torch.cat(outputs).numpy()
     if accelerator.is_main_process:
         path = output_dir / "predict_results.tsv"
@@ -586,15 +825,17 @@ def _write_predictions(
                     out.write(f"{index}\t{float(row[0]):.3f}\n")
                 else:
                     out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
-        report.log(f"wrote {len(logits)} test predictions to {path}")
+        run.report.log(f"wrote {len(logits)} test predictions to {path}")
 
 
 class _MainProcessReporter:
-    """Forwards to the real reporter on the main process only (one row per event, not one per GPU)."""
+    """Forwards to the real reporter, and metric rows to the experiment trackers, on the main process
+    only (one row per event, not one per GPU)."""
 
-    def __init__(self, reporter: Reporter, is_main: bool) -> None:
+    def __init__(self, reporter: Reporter, accelerator: Accelerator) -> None:
         self._reporter = reporter
-        self._is_main = is_main
+        self._accelerator = accelerator
+        self._is_main = accelerator.is_main_process
 
     def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
         logger.info(message)
@@ -608,6 +849,8 @@ class _MainProcessReporter:
             self._reporter.metrics(
                 step=step, epoch=epoch, split=split, values=values, best_metric=best_metric
             )
+            if self._accelerator.trackers:
+                self._accelerator.log(tracking.tracker_values(split, values), step=step)
 
     def checkpoint(
         self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool

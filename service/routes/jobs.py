@@ -20,7 +20,7 @@ from service.schemas import (
 from shared import jobs_repo
 from shared.errors import InvalidRequest
 from shared.models import JobStatus
-from shared.spec import check_paths
+from shared.spec import check_paths, check_trackers
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -60,7 +60,7 @@ def create_job(
     A spec that cannot run (unknown task or field, bad values, paths that leave their folders …)
     is refused with 422 and nothing is stored.
     """
-    spec = check_paths(body.spec, settings).with_seed()
+    spec = check_trackers(check_paths(body.spec, settings), settings).with_seed()
     job = jobs_repo.create_job(
         session,
         spec=spec.model_dump(mode="json"),

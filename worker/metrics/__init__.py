@@ -1,0 +1,1 @@
+"""Metrics shipped with gluejobs as local `evaluate` modules, so that no job needs the Hub."""
