@@ -8,15 +8,17 @@ neither FastAPI nor torch). `serve` and `worker` hand their flags to service/ an
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
+from gluejobs.script_args import ScriptArgsError, submission_spec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_INTERVAL_S = 2.0
@@ -63,11 +65,19 @@ def _parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser(
         "submit",
-        help="submit a job: run_glue_no_trainer.py's own flags",
+        help="submit a job: a run_glue_no_trainer.py or run_glue.py command line, a script or a config",
         allow_abbrev=False,
-        description="Submit a job. Put `gluejobs submit` in place of `python run_glue_no_trainer.py`; "
-        "every flag of the script (and the LoRA/Trainer options) becomes a field of the job spec.",
+        description="Submit a job. Put `gluejobs submit` in front of the command line you would run "
+        "(`python run_glue_no_trainer.py …`, `accelerate launch …`, `torchrun … run_glue.py …`, or the "
+        "script's flags alone); every flag becomes a field of the job spec.",
     )
+    submit.add_argument(
+        "--script", type=Path, help="a shell script that runs one of the scripts (its exports honoured)"
+    )
+    submit.add_argument(
+        "--config", type=Path, help="TrainingArguments and data/model arguments in a JSON or YAML file"
+    )
+    submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
     _client_options(submit)
     submit.add_argument("--priority", type=int, default=0)
     submit.add_argument("--max-attempts", type=int, default=3)
@@ -151,10 +161,12 @@ def _check(response: httpx.Response) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace, extra: list[str]) -> int:
-    notes: list[str] = []
-    spec = script_flags_to_spec(extra, notes=notes)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+    spec = submission_spec(
+        extra, script=args.script, config=args.config, dry_run=args.dry_run, err=sys.stderr
+    )
+    if args.dry_run:
+        print(json.dumps(spec, indent=2))
+        return 0
     metadata = dict(item.split("=", 1) for item in args.metadata if "=" in item)
     body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts, "metadata": metadata}
     with _client(args) as client:
