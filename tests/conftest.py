@@ -11,6 +11,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -28,6 +29,9 @@ POSTGRES_URL = os.environ.get(
 )
 SKIP_POSTGRES = os.environ.get("GLUEJOBS_TEST_SKIP_POSTGRES") == "1"
 TINY_MODEL = "tiny-bert"
+# Tiny models of the families microsoft/LoRA's GLUE configs fine-tune (roberta-base, deberta-v2-xxlarge).
+TINY_ROBERTA = "tiny-roberta"
+TINY_DEBERTA_V2 = "tiny-deberta-v2"
 
 _db_counter = itertools.count()
 
@@ -141,7 +145,41 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> P
     # A backbone without a head, like a pretrained checkpoint: each job adds a head of its own size.
     BertModel(config).save_pretrained(root / TINY_MODEL)
     tokenizer.save_pretrained(root / TINY_MODEL)
+    _save_tiny_recipe_models(root, tokenizer)
     return root
+
+
+def _save_tiny_recipe_models(root: Path, tokenizer: Any) -> None:
+    """Two-layer RoBERTa and DeBERTa-v2 backbones over MiniLM's (BERT) vocabulary."""
+    from transformers import DebertaV2Config, DebertaV2Model, RobertaConfig, RobertaModel
+
+    small = {
+        "vocab_size": tokenizer.vocab_size,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    # RoBERTa counts positions from pad_token_id + 1; the BERT tokenizer's segment ids need two types.
+    roberta = RobertaConfig(**small, max_position_embeddings=520, type_vocab_size=2)
+    RobertaModel(roberta).save_pretrained(root / TINY_ROBERTA)
+    tokenizer.save_pretrained(root / TINY_ROBERTA)
+    # deberta-v2-xxlarge's attention: relative positions in buckets, content↔position terms, no
+    # absolute positions; its pooler sits outside the backbone, which LoRA must leave trainable.
+    deberta = DebertaV2Config(
+        **small,
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_buckets=256,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        type_vocab_size=0,
+    )
+    DebertaV2Model(deberta).save_pretrained(root / TINY_DEBERTA_V2)
+    tokenizer.save_pretrained(root / TINY_DEBERTA_V2)
 
 
 @pytest.fixture
