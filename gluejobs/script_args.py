@@ -165,6 +165,11 @@ def shell_script_to_spec(text: str, *, overrides: list[str] | None = None) -> Tr
         if words[0] in _HARMLESS_COMMANDS:
             notes.append(f"line {number}: `{words[0]}` skipped (the service prepares the job's folders)")
             continue
+        if not _starts_a_training_command(words):
+            raise ScriptArgsError(
+                f"line {number}: `{words[0]}`: gluejobs runs one run_glue.py or run_glue_no_trainer.py "
+                "command per job, and nothing else"
+            )
         if command is not None:
             raise ScriptArgsError(f"line {number}: a second command; a job runs one training command")
         command = words
@@ -355,6 +360,12 @@ def _launcher(words: list[str], translation: Translation) -> tuple[str | None, l
     if first == "accelerate" and len(words) > 1 and words[1] == "launch":
         return _launch(words[2:], _ACCELERATE_LAUNCHER, "accelerate launch", translation)
     return _program(words)
+
+
+def _starts_a_training_command(words: list[str]) -> bool:
+    first = next((word for word in words if not _ASSIGNMENT.match(word)), "")
+    name = PurePath(first).name
+    return bool(_PYTHON.match(name)) or name in ("torchrun", "accelerate", *SCRIPT_RECIPES)
 
 
 def _program(words: list[str]) -> tuple[str, list[str]]:

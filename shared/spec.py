@@ -383,7 +383,7 @@ class JobSpec(BaseModel):
             self.do_eval = self.eval_strategy != "no"
         elif not self.do_eval and self.eval_strategy != "no":
             raise field_error(
-                "do_eval", f"do_eval false contradicts eval_strategy {self.eval_strategy!r} (which evaluates)"
+                "do_eval", f"do_eval false contradicts eval_strategy '{self.eval_strategy}' (which evaluates)"
             )
         if self.early_stopping_patience is not None and self.eval_strategy == "no":
             raise field_error(
