@@ -40,7 +40,7 @@ from shared.spec import JobSpec
 from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import checkpoints, tracking
 from worker.data import RawData, TokenizedData, load_raw_data, tokenize_data
-from worker.determinism import deterministic_kernels
+from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
 from worker.glue_metric import compute_plan
 from worker.modeling import (
     apply_lora,
@@ -141,6 +141,13 @@ def _train(
     report = _MainProcessReporter(reporter, accelerator)
     assert spec.seed is not None, "the API records a seed on every job"
     set_seed(spec.seed)
+    if spec.use_deterministic_algorithms:
+        environment = {name: os.environ.get(name) for name in DETERMINISTIC_ENVIRONMENT}
+        report.log(
+            "deterministic algorithms on; "
+            + ", ".join(f"{name}={value}" for name, value in environment.items()),
+            data=environment,
+        )
 
     # --- data and model ---------------------------------------------------------------------------
     model_source = resolve_model(spec.model_name_or_path, settings)
