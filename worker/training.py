@@ -156,15 +156,7 @@ def _train(
     num_labels = 1 if raw.is_regression else len(raw.label_names or ())
     plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
     ranking = _ranking_metric(plan, spec.metric_for_best_model)
-    with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
-        data = tokenize_data(
-            raw,
-            tokenizer,
-            max_length=spec.max_length,
-            pad_to_max_length=spec.pad_to_max_length,
-            cache_dir=settings.cache_dir,
-        )
-    _report_data(report, data)
+    data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
     model = _build_model(model_source, spec, raw, num_labels)
     counts = parameter_counts(model)
     report.log(
@@ -248,12 +240,8 @@ def _train(
         loader = train_dataloader
         if epoch == start_epoch and skip_batches:
             loader = accelerator.skip_first_batches(train_dataloader, skip_batches)
-        done = _train_epoch(run, loader, intervals, schedule.max_train_steps, stop_requested)
-        if not run.progress.stopped_early:
-            done = _end_of_epoch(run, intervals) or done
-        if done:
+        if _train_epoch(run, loader, intervals, schedule.max_train_steps, stop_requested):
             break
-
     if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
         _evaluate_all(run)  # so that every run ends with the metrics of its final weights
     return _finish(run, spec, tokenizer, data, raw, output_dir, counts)
@@ -382,7 +370,8 @@ class _Window:
 def _train_epoch(
     run: _Run, loader: Any, intervals: _Intervals, max_train_steps: int, stop_requested: Callable[[], bool]
 ) -> bool:
-    """One pass over the training batches; whether training is over (max steps or early stopping)."""
+    """One pass over the training batches, then the epoch's evaluation and save; whether training
+    is over (max steps or early stopping)."""
     accelerator, progress = run.accelerator, run.progress
     run.model.train()
     window = _Window(torch.zeros((), device=accelerator.device))
@@ -415,6 +404,8 @@ def _train_epoch(
     progress.real_tokens += int(accelerator.reduce(real_tokens, reduction="sum").item())
     if window.batches:  # an epoch that ended between two logging steps
         _log_training(run, window)
+    if not progress.stopped_early:
+        done = _end_of_epoch(run, intervals) or done
     return done
 
 
@@ -626,13 +617,29 @@ def _resume(run: _Run, folder: Path, accumulation: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _report_data(report: _MainProcessReporter, data: TokenizedData) -> None:
+def _tokenize(
+    accelerator: Accelerator,
+    raw: RawData,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: JobSpec,
+    cache_dir: Path,
+    report: _MainProcessReporter,
+) -> TokenizedData:
+    with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
+        data = tokenize_data(
+            raw,
+            tokenizer,
+            max_length=spec.max_length,
+            pad_to_max_length=spec.pad_to_max_length,
+            cache_dir=cache_dir,
+        )
     report.log(
         f"data: {len(data.train)} training rows, "
         + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
         + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
         data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
     )
+    return data
 
 
 def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int) -> Any:
