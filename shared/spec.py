@@ -266,9 +266,12 @@ class JobSpec(BaseModel):
                 raise field_error("warmup_steps", exc.errors()[0]["msg"], value) from None
         if data.get("recipe") == "trainer":
             given = {_FIELD_OF_ALIAS.get(key, key) for key in data}
-            if "save_strategy" in given:
-                given.add("save_steps")  # a strategy without a step count is the spec's own choice
+            if "checkpointing_steps" in data:
+                given.add("save_steps")  # the script's flag sets both, and refuses either beside it
             data.update({key: value for key, value in TRAINER_DEFAULTS.items() if key not in given})
+            strategy = data.get("eval_strategy", data.get("evaluation_strategy"))
+            if strategy == "steps" and data.get("eval_steps") is None:
+                data["eval_steps"] = data["logging_steps"]  # Trainer's default for eval_steps
         return data
 
     @field_validator("report_to", mode="before")

@@ -137,3 +137,15 @@ def test_own_files_accept_f1_and_mse_as_the_ranking_metric(client: TestClient) -
     for metric in ("f1", "eval_f1", "mse"):
         body = spec(task_name=None, train_file="a.csv", validation_file="b.csv", metric_for_best_model=metric)
         assert client.post("/v1/jobs", json={"spec": body}).status_code == 201, metric
+
+
+def test_trainers_step_defaults_follow_trainer() -> None:
+    # eval_strategy "steps" without eval_steps: Trainer evaluates every logging_steps.
+    steps = JobSpec.model_validate(
+        {**GOOD, "recipe": "trainer", "eval_strategy": "steps", "logging_steps": 20}
+    )
+    # The script's checkpointing_steps sets the save strategy and steps itself.
+    epochs = JobSpec.model_validate({**GOOD, "recipe": "trainer", "checkpointing_steps": "epoch"})
+
+    assert (steps.eval_steps, steps.save_strategy, steps.save_steps) == (20, "steps", 500)
+    assert (epochs.save_strategy, epochs.save_steps) == ("epoch", None)

@@ -61,7 +61,7 @@ def bert_with_head(train_settings: Settings) -> str:
 def test_max_grad_norm_clips_the_update_and_logs_the_norm_before_clipping(
     train_settings: Settings, tmp_path: Path, bert_with_head: str
 ) -> None:
-    max_norm, lr, eps = 0.05, 0.1, 1.0
+    max_norm, lr, eps = 0.01, 1.0, 1.0
     spec = make_spec(
         model_name_or_path=bert_with_head,
         max_train_steps=1,
@@ -76,7 +76,7 @@ def test_max_grad_norm_clips_the_update_and_logs_the_norm_before_clipping(
     reporter, _, output_dir = train(spec, train_settings, tmp_path)
 
     [(step, logged_norm)] = reporter.values("train", "grad_norm")
-    assert step == 1 and logged_norm > 10 * max_norm  # the norm before clipping: clipping happened
+    assert step == 1 and logged_norm > 5 * max_norm  # the norm before clipping: clipping happened
     # AdamW's first step moves each weight by -lr · g/(|g| + eps), g the (clipped) gradient, without
     # weight decay here; so each weight's move gives back its gradient: g = eps · u/(1 − |u|), u = -Δ/lr.
     before = load_file(train_settings.models_dir / bert_with_head / "model.safetensors")

@@ -62,6 +62,7 @@ ROBERTA_EXPECTED: dict[str, Any] = {
     "eval_strategy": "epoch",
     "do_eval": True,
     "save_strategy": "epoch",
+    "save_steps": 500,  # Trainer's default, unused under save_strategy epoch (TrainingArguments shows it too)
     "warmup_ratio": 0.06,
     "apply_lora": True,
     "lora_r": 8,
