@@ -165,12 +165,18 @@ function duration(job) {
 
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 
+/* The task's main metric: its newest evaluation, and the best one where that differs. */
 function headline(job) {
   const metric = job.headline_metric;
   if (!metric) return "";
-  const value = metric.best ?? metric.value;
-  return value === null || value === undefined ? metric.name : `${metric.name} ${fmt(value)}`;
+  const latest = ((job.latest_metrics || {}).eval || {})[metric.name] ?? metric.value;
+  if (latest === null || latest === undefined) return metric.name;
+  const best = metric.best;
+  return `${metric.name} ${fmt(latest)}${best !== null && best !== undefined && best !== latest ? ` (best ${fmt(best)})` : ""}`;
 }
+
+/* Axis ticks that stay readable for learning rates (1e-5) as for losses (0.69). */
+const tick = (value) => (value !== 0 && Math.abs(value) < 0.01 ? value.toExponential(1) : String(+value.toPrecision(4)));
 
 /* Optimizer steps: the training loop announces its total in an event ({max_train_steps}); a
  * finished job reports the steps it completed. */
@@ -238,7 +244,7 @@ class Chart {
     this.plot = new uPlot({
       width, height: 220,
       scales: { x: { time: false } },
-      axes: [{ label: this.xLabel }, {}],
+      axes: [{ label: this.xLabel }, { values: (_u, values) => values.map(tick), size: 60 }],
       series: [{ label: this.xLabel }, ...labels.map((label, i) => ({
         label, stroke: COLORS[i % COLORS.length], width: 2, points: { show: true, size: 5 }, spanGaps: true,
       }))],
@@ -380,11 +386,18 @@ async function jobView(view, jobId) {
     if (e.data && e.data.max_train_steps) total = e.data.max_train_steps;
   };
   let renderTimer = null;
+  let jobChanged = false;
+  const refreshJob = async () => { job = await api(`v1/jobs/${jobId}`); renderHeader(); };
   const scheduleRender = () => {
     if (renderTimer) return;
-    renderTimer = setTimeout(() => { renderTimer = null; renderCharts(); renderHeader(); }, 250);
+    renderTimer = setTimeout(() => {
+      renderTimer = null;
+      renderCharts();
+      renderHeader();
+      // An evaluation may have a new best: the job itself says (one GET, at most every 250 ms).
+      if (jobChanged) { jobChanged = false; refreshJob().catch(() => {}); }
+    }, 250);
   };
-  const refreshJob = async () => { job = await api(`v1/jobs/${jobId}`); renderHeader(); };
 
   const close = openStream(jobId, {
     logs: true,
@@ -392,7 +405,7 @@ async function jobView(view, jobId) {
       if (kind === "metric") {
         if (data.split === "train" && data.name === "loss") loss.add("train", data.step, data.value);
         else if (data.split === "train" && data.name === "learning_rate") lr.add("train", data.step, data.value);
-        else if (data.split !== "train") evalChart(data.name).add(data.split, data.epoch, data.value);
+        else if (data.split !== "train") { evalChart(data.name).add(data.split, data.epoch, data.value); jobChanged = true; }
         const latest = (job.latest_metrics[data.split] ||= {});
         if (data.step >= (latest.step ?? -1)) Object.assign(latest, { [data.name]: data.value, step: data.step, epoch: data.epoch });
         scheduleRender();
