@@ -86,7 +86,9 @@ class DatabaseCollector(Collector):
             f"{PREFIX}_job_failures", "Failed jobs by error code", labels=["error_code"]
         )
         rows = session.execute(
-            select(Job.error_code, func.count()).where(Job.status == JobStatus.failed).group_by(Job.error_code)
+            select(Job.error_code, func.count())
+            .where(Job.status == JobStatus.failed)
+            .group_by(Job.error_code)
         ).all()
         for code, count in rows:
             failures.add_metric([code or "unknown"], count)

@@ -622,6 +622,32 @@ def read_stream_page(
     (job_metrics and job_events by (job_id, id)), so a poll costs the same however many rows the job
     has. The two sides share one column list; each fills the columns of the other with typed NULLs
     (typed, so that Postgres can unite them and the JSON column is decoded on both databases)."""
+    statement = stream_statement(
+        job_id=job_id, after_metric=after_metric, after_event=after_event, limit=limit
+    )
+    with read(session):
+        rows = session.execute(statement).mappings().all()
+    metric_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "epoch", "step", "split", "name", "value", "created_at")}
+            for r in rows
+            if r["source"] == "metric"
+        ),
+        key=lambda r: r["id"],
+    )
+    event_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "created_at", "kind", "level", "message", "data")}
+            for r in rows
+            if r["source"] == "event"
+        ),
+        key=lambda r: r["id"],
+    )
+    return StreamPage(metric_rows, event_rows, full=len(metric_rows) >= limit or len(event_rows) >= limit)
+
+
+def stream_statement(*, job_id: int, after_metric: int, after_event: int, limit: int) -> Any:
+    """The UNION ALL that read_stream_page runs (its own function, so a test can EXPLAIN it)."""
     metrics = (
         select(
             literal("metric").label("source"),
@@ -662,26 +688,7 @@ def read_stream_page(
         .limit(limit)
         .subquery()
     )
-    statement = union_all(select(metrics), select(events))
-    with read(session):
-        rows = session.execute(statement).mappings().all()
-    metric_rows = sorted(
-        (
-            {k: r[k] for k in ("id", "epoch", "step", "split", "name", "value", "created_at")}
-            for r in rows
-            if r["source"] == "metric"
-        ),
-        key=lambda r: r["id"],
-    )
-    event_rows = sorted(
-        (
-            {k: r[k] for k in ("id", "created_at", "kind", "level", "message", "data")}
-            for r in rows
-            if r["source"] == "event"
-        ),
-        key=lambda r: r["id"],
-    )
-    return StreamPage(metric_rows, event_rows, full=len(metric_rows) >= limit or len(event_rows) >= limit)
+    return union_all(select(metrics), select(events))
 
 
 # ------------------------------------------------------------------------------------------------

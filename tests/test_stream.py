@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import service.routes.stream as stream_module
+from shared import jobs_repo
+from shared.db import Database
 from tests.e2e import all_metrics, get, live_api, start_worker, submit
 from tests.observe_helpers import TINY_SPEC, Sse, observe_settings, read_sse
 
@@ -92,3 +95,19 @@ def test_a_job_streams_live_and_resumes_after_a_dropped_connection(
             assert [m.event for m in read_sse(response)] == ["end"]
         refused = client.get(url, headers={"Last-Event-ID": "12;DROP"})
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "Last-Event-ID"
+
+
+def test_a_stream_poll_is_one_statement_of_two_index_range_scans(db: Database) -> None:
+    """However many rows a job has, a stream's poll walks the (job_id, id) indexes of both tables."""
+    statement = jobs_repo.stream_statement(job_id=1, after_metric=5, after_event=5, limit=1000)
+    sql = str(statement.compile(db.engine, compile_kwargs={"literal_binds": True}))
+    with db.engine.connect() as connection:
+        if db.dialect == "sqlite":
+            plan = " ".join(str(row[-1]) for row in connection.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+            assert "SEARCH job_metrics USING INDEX ix_job_metrics_job_id_id (job_id=? AND id>?)" in plan
+            assert "SEARCH job_events USING INDEX ix_job_events_job_id_id (job_id=? AND id>?)" in plan
+        else:
+            connection.execute(text("SET enable_seqscan = off"))  # an empty table would be scanned otherwise
+            plan = " ".join(str(row[0]) for row in connection.execute(text(f"EXPLAIN {sql}")))
+            assert "ix_job_metrics_job_id_id" in plan and "ix_job_events_job_id_id" in plan
+            assert "Seq Scan" not in plan
