@@ -157,10 +157,12 @@ class WorkerInfo(_Result):
     id: str = ""
     host: str = ""
     pid: int = 0
+    version: str | None = None
     devices: list[str] = field(default_factory=list)
-    state: str = ""
+    state: str = ""  # idle, busy, draining, stopped, or gone (no heartbeat for a lease)
     started_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
+    stopped_at: datetime | None = None
     jobs: list[Any] = field(default_factory=list)
 
 
@@ -381,6 +383,14 @@ class Client:
 
     def _json(self, call: _Call) -> Any:
         return self._send(call).json()
+
+    def request(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None
+    ) -> Any:
+        """Any other endpoint (sweeps, the leaderboard …): its decoded JSON, with the same errors;
+        retried like the rest only when `method` is GET."""
+        call = _Call(method.upper(), path, dict(params or {}), json, retry=method.upper() == "GET")
+        return self._json(call)
 
 
 class Jobs:
@@ -610,6 +620,12 @@ class AsyncClient:
 
     async def _json(self, call: _Call) -> Any:
         return (await self._send(call)).json()
+
+    async def request(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None
+    ) -> Any:
+        call = _Call(method.upper(), path, dict(params or {}), json, retry=method.upper() == "GET")
+        return await self._json(call)
 
 
 class AsyncJobs:
