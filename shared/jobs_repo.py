@@ -69,25 +69,31 @@ def create_job(
     owner: str | None = None,
 ) -> Job:
     with write(session):
-        job = _insert_job(
-            session, spec=spec, priority=priority, metadata=metadata, max_attempts=max_attempts, owner=owner
+        job = _add_job(
+            session,
+            spec=spec,
+            priority=priority,
+            metadata=metadata or {},
+            max_attempts=max_attempts,
+            owner=owner,
         )
     return job
 
 
-def _insert_job(
+def _add_job(
     session: Session,
     *,
     spec: dict[str, Any],
     priority: int,
-    metadata: dict[str, Any] | None,
+    metadata: dict[str, Any],
     max_attempts: int,
     owner: str | None,
 ) -> Job:
+    """A queued job and its first event, inside the caller's write transaction."""
     job = Job(
         spec=spec,
         priority=priority,
-        metadata_=metadata or {},
+        metadata_=metadata,
         max_attempts=max_attempts,
         owner=owner,
         status=JobStatus.queued,
@@ -128,11 +134,11 @@ def create_job_once(
                 # Expired keys go first, so that a key reused after its TTL starts afresh.
                 cutoff = utcnow() - timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)
                 session.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < cutoff))
-                job = _insert_job(
+                job = _add_job(
                     session,
                     spec=spec,
                     priority=priority,
-                    metadata=metadata,
+                    metadata=metadata or {},
                     max_attempts=max_attempts,
                     owner=owner,
                 )
