@@ -344,7 +344,7 @@ def watch_job(client: Client, job_id: int) -> int:
 
     console = Console(highlight=False, soft_wrap=True)
     progress = Progress(
-        TextColumn("job {task.fields[job]} [{task.fields[status]}]"),
+        TextColumn("job {task.fields[job]} {task.fields[status]}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("steps"),
@@ -356,7 +356,7 @@ def watch_job(client: Client, job_id: int) -> int:
     evaluations: dict[tuple[str, int], list[Metric]] = {}
     final = "unknown"
     with progress:
-        bar = progress.add_task("train", total=None, job=job_id, status="…", rate="")
+        bar = progress.add_task("train", total=None, job=job_id, status="", rate="")
         for message in client.jobs.stream(job_id):
             if message.event != "metric" or message.data.get("split") == "train":
                 _print_evaluations(progress.console, evaluations)
