@@ -144,6 +144,9 @@ def test_client_cli_logs_artifacts_and_prometheus(
 
         asyncio.run(_async_client_checks(url, good.id, bad.id, tmp_path))
         _prometheus_checks(http, good.id)
+        # Another API process on the same database reports the same fleet: nothing is per-process.
+        with live_api(settings) as second:
+            assert _steady_samples(second) == _steady_samples(http)
         _cli_checks(capsys, url, good.id, bad.id, tmp_path)
 
 
@@ -194,6 +197,16 @@ def _prometheus_checks(http: httpx.Client, good_id: int) -> None:
     assert samples[("gluejobs_epoch_duration_seconds_count", ())] == 1
     assert samples[("gluejobs_epoch_duration_seconds_sum", ())] > 0
     assert samples[("gluejobs_workers", (("state", "stopped"),))] == 1
+
+
+def _steady_samples(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics without the figures that move with the clock (ages)."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(http.get("/metrics").text)
+        for s in family.samples
+        if "age_seconds" not in s.name
+    }
 
 
 def _cli_checks(

@@ -148,6 +148,13 @@ def test_the_dashboard_asks_for_a_key_and_shows_what_it_may_see(
         theirs = client.post(
             "/v1/jobs", json={"spec": TINY_SPEC}, headers={"Authorization": "Bearer bob-key"}
         )
+        # What the page reads of a job is its owner's alone (404 for any other key).
+        bob = {"Authorization": "Bearer bob-key"}
+        for path in ("", "/logs", "/artifacts", "/artifacts/logs", "/stream", "/metrics", "/checkpoints"):
+            assert client.get(f"/v1/jobs/{mine.json()['id']}{path}", headers=bob).status_code == 404, path
+        # Prometheus scrapes with a key too, once keys are configured.
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=bob).status_code == 200
         page = browser.new_page()
         errors = console_errors(page)
         page.goto(f"{base}/")
