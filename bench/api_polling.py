@@ -78,7 +78,7 @@ def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], rep
 # --- 50 pollers -------------------------------------------------------------------------------------
 
 
-async def pollers(base: str, job_id: int, cursor: int) -> dict[str, float]:
+async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -> dict[str, float]:
     latencies: list[float] = []
     deadline = time.perf_counter() + CROWD_SECONDS
 
@@ -91,12 +91,16 @@ async def pollers(base: str, job_id: int, cursor: int) -> dict[str, float]:
 
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        cpu_before = sum(server.cpu_times()[:2])
         started = time.perf_counter()
         await asyncio.gather(*(poll(client) for _ in range(CLIENTS)))
         elapsed = time.perf_counter() - started
+        cpu = sum(server.cpu_times()[:2]) - cpu_before
     return {
         "pollers": CLIENTS,
         "poll_requests_per_s": round(len(latencies) / elapsed, 1),
+        # On a shared machine throughput follows the load; the API's CPU per request does not.
+        "api_cpu_ms_per_poll": round(1000 * cpu / len(latencies), 2),
         "poll_p50_ms": percentile(latencies, 0.50),
         "poll_p99_ms": percentile(latencies, 0.99),
     }
@@ -244,10 +248,10 @@ def main() -> int:
                 )
             last_metric = first_id + args.rows - 1
             last_event = client.get(f"/v1/jobs/{large}/events").json()["data"][-1]["id"]
-        figures.update(asyncio.run(pollers(base, large, last_metric - 10)))
-        figures.update(
-            asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", psutil.Process(api.pid)))
-        )
+        server = psutil.Process(api.pid)
+        figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
+        figures.update(asyncio.run(pollers(base, large, last_metric - 10, server)))
+        figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
         print(json.dumps(figures))
     finally:
         api.terminate()
