@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 # CPU build on disk this takes it; elsewhere it is PyPI's default (CUDA) build. Override at will:
 #   make demo TORCH_SPEC="torch==2.5.1"
 TORCH_SPEC ?= torch==2.13.0
+# The dashboard's browser test drives Debian's chromium through Playwright (never a downloaded browser).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install install-test demo stop test lint bench clean
 
@@ -26,6 +29,10 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
 ## make demo: migrate a SQLite database under ./var, start the API and a worker, fine-tune MiniLM on a
 ## small sentiment dataset and print its metrics as they arrive; the API stays up (make stop ends it).
 demo: install
@@ -35,8 +42,9 @@ demo: install
 stop:
 	$(BIN)/gluejobs demo --stop
 
-## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included.
-test: install-test
+## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included;
+## installs chromium (Debian's package) for the dashboard's browser test when it is missing.
+test: install-test $(CHROMIUM)
 	$(BIN)/pytest
 
 lint: install-test

@@ -1,38 +1,52 @@
-"""Does polling stay fast while metric rows pile up? Prints one JSON line.
+"""Does reading a job stay fast while its metric rows pile up, for one client and for a crowd?
+Prints one JSON line.
 
-One job with 10 metric rows and one with 100,000; for each, the median latency of what a dashboard
-polls: the job, the newest metric rows (`after=` a cursor near the end), and the events.
+One job with 10 metric rows and one with 100,000. The API runs as its own uvicorn process (so its
+CPU can be measured apart from the clients):
+
+1. one client, median latency of what a dashboard reads: the job, the newest metric rows (`after=` a
+   cursor near the end), the events — on the small and the large job;
+2. 50 concurrent pollers on the cursor endpoint of the large job: requests/s, p50/p99 latency;
+3. 50 open streams (GET /stream, resumed at the end with Last-Event-ID) on the large job while a
+   writer adds a metric row every 100 ms: delivery lag p50/p99 (commit → received) and the API's
+   CPU per open stream.
 
     python bench/api_polling.py
-    python bench/api_polling.py --database-url postgresql+psycopg://postgres@127.0.0.1/test
+    python bench/api_polling.py --database-url postgresql+psycopg://postgres@127.0.0.1/bench
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
-import uvicorn
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from service.main import create_app  # noqa: E402
 from shared import jobs_repo  # noqa: E402
-from shared.config import Settings  # noqa: E402
 from shared.db import Database  # noqa: E402
 from shared.jobs_repo import MetricRow  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
+CLIENTS = 50
+CROWD_SECONDS = 10.0
+WRITE_INTERVAL_S = 0.1
 
 
 def fill(db: Database, rows: int) -> int:
@@ -47,6 +61,11 @@ def fill(db: Database, rows: int) -> int:
     return job.id
 
 
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 2)
+
+
 def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], repeat: int) -> float:
     timings = []
     for _ in range(repeat):
@@ -56,6 +75,145 @@ def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], rep
     return round(statistics.median(timings), 2)
 
 
+# --- 50 pollers -------------------------------------------------------------------------------------
+
+
+async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -> dict[str, float]:
+    latencies: list[float] = []
+    deadline = time.perf_counter() + CROWD_SECONDS
+
+    async def poll(client: httpx.AsyncClient) -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            response = await client.get(f"/v1/jobs/{job_id}/metrics", params={"after": cursor, "limit": 1000})
+            response.raise_for_status()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        cpu_before = sum(server.cpu_times()[:2])
+        started = time.perf_counter()
+        await asyncio.gather(*(poll(client) for _ in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+        cpu = sum(server.cpu_times()[:2]) - cpu_before
+    return {
+        "pollers": CLIENTS,
+        "poll_requests_per_s": round(len(latencies) / elapsed, 1),
+        # On a shared machine throughput follows the load; the API's CPU per request does not.
+        "api_cpu_ms_per_poll": round(1000 * cpu / len(latencies), 2),
+        "poll_p50_ms": percentile(latencies, 0.50),
+        "poll_p99_ms": percentile(latencies, 0.99),
+    }
+
+
+# --- 50 streams -------------------------------------------------------------------------------------
+
+
+async def streams(
+    base: str, db: Database, job_id: int, resume_from: str, server: psutil.Process
+) -> dict[str, Any]:
+    committed: dict[int, float] = {}  # step → when its row was committed
+    lags: list[float] = []
+    ready = asyncio.Event()
+    opened = 0
+
+    async def listen(client: httpx.AsyncClient) -> None:
+        nonlocal opened
+        headers = {"Last-Event-ID": resume_from}
+        async with client.stream("GET", f"/v1/jobs/{job_id}/stream", headers=headers) as response:
+            response.raise_for_status()
+            opened += 1
+            if opened == CLIENTS:
+                ready.set()
+            event = None
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "metric":
+                    step = json.loads(line[6:])["step"]
+                    if step in committed:
+                        lags.append((time.time() - committed[step]) * 1000)
+                elif line.startswith("data: ") and event == "end":
+                    return
+
+    def write(stop: threading.Event) -> None:
+        step = 10_000_000
+        while not stop.is_set():
+            with db.session() as session:
+                jobs_repo.add_metrics(
+                    session,
+                    job_id=job_id,
+                    rows=[MetricRow(epoch=1.0, step=step, split="train", name="loss", value=0.5)],
+                )
+            committed[step] = time.time()
+            step += 1
+            stop.wait(WRITE_INTERVAL_S)
+
+    limits = httpx.Limits(max_connections=CLIENTS + 5, max_keepalive_connections=CLIENTS + 5)
+    async with httpx.AsyncClient(
+        base_url=base, timeout=httpx.Timeout(60, read=None), limits=limits
+    ) as client:
+        listeners = [asyncio.create_task(listen(client)) for _ in range(CLIENTS)]
+        await asyncio.wait_for(ready.wait(), 60)
+        await asyncio.sleep(1.0)  # settled: every stream has made its first read
+        stop = threading.Event()
+        writer = threading.Thread(target=write, args=(stop,), daemon=True)
+        cpu_before = sum(server.cpu_times()[:2])
+        started = time.perf_counter()
+        writer.start()
+        await asyncio.sleep(CROWD_SECONDS)
+        stop.set()
+        writer.join()
+        await asyncio.sleep(2.0)  # the last rows' delivery
+        elapsed = time.perf_counter() - started
+        cpu = sum(server.cpu_times()[:2]) - cpu_before
+        # End the job: every stream then closes by itself.
+        with db.session() as session:
+            jobs_repo.request_cancel(session, job_id=job_id)
+        await asyncio.wait_for(asyncio.gather(*listeners), 30)
+    return {
+        "streams": CLIENTS,
+        "rows_written": len(committed),
+        "rows_delivered": len(lags),
+        "stream_lag_p50_ms": percentile(lags, 0.50),
+        "stream_lag_p99_ms": percentile(lags, 0.99),
+        "api_cpu_percent_per_stream": round(100 * cpu / elapsed / CLIENTS, 3),
+        "api_cpu_percent_50_streams": round(100 * cpu / elapsed, 1),
+    }
+
+
+# --- the API as a process of its own ----------------------------------------------------------------
+
+
+def start_api(database_url: str, root: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "GLUEJOBS_DATABASE_URL": database_url,
+        "GLUEJOBS_ARTIFACTS_DIR": str(root),
+        "GLUEJOBS_DATA_DIR": str(root),
+        "GLUEJOBS_MODELS_DIR": str(root),
+        "GLUEJOBS_CACHE_DIR": str(root),
+        "PYTHONPATH": str(REPO),
+    }
+    command = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--port", str(port)]
+    process = subprocess.Popen([*command, "--log-level", "warning"], cwd=REPO, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("the API did not start")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -63,31 +221,23 @@ def main() -> int:
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--port", type=int, default=8766)
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="gluejobs-poll-"))
-    settings = Settings(
-        database_url=args.database_url or f"sqlite:///{root / 'gluejobs.db'}",
-        artifacts_dir=root,
-        data_dir=root,
-        models_dir=root,
-        cache_dir=root,
-    )
-    db = Database(settings.database_url)
+    database_url = args.database_url or f"sqlite:///{root / 'gluejobs.db'}"
+    db = Database(database_url)
     upgrade(db)
     small, large = fill(db, 10), fill(db, args.rows)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, db), port=args.port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
+    port = free_port()
+    api = start_api(database_url, root, port)
+    base = f"http://127.0.0.1:{port}"
     try:
         figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
-        with httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=30) as client:
+        with httpx.Client(base_url=base, timeout=30) as client:
             for label, job_id, rows in (("10_rows", small, 10), (f"{args.rows}_rows", large, args.rows)):
-                last = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1, "after": 0}).json()
-                first_id = last["data"][0]["id"]
+                first_id = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1}).json()["data"][0][
+                    "id"
+                ]
                 cursor = first_id + rows - 10  # a poller that has seen all but the newest ten rows
                 figures[f"job_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}", {}, args.repeat)
                 figures[f"metrics_after_ms_{label}"] = median_ms(
@@ -96,10 +246,16 @@ def main() -> int:
                 figures[f"events_ms_{label}"] = median_ms(
                     client, f"/v1/jobs/{job_id}/events", {}, args.repeat
                 )
+            last_metric = first_id + args.rows - 1
+            last_event = client.get(f"/v1/jobs/{large}/events").json()["data"][-1]["id"]
+        server = psutil.Process(api.pid)
+        figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
+        figures.update(asyncio.run(pollers(base, large, last_metric - 10, server)))
+        figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
         print(json.dumps(figures))
     finally:
-        server.should_exit = True
-        thread.join(10)
+        api.terminate()
+        api.wait(30)
         db.dispose()
         shutil.rmtree(root, ignore_errors=True)
     return 0

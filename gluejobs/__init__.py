@@ -1,1 +1,30 @@
-"""gluejobs for its users: the command line (and, soon, the Python client)."""
+"""gluejobs for its users: the Python client (`from gluejobs import Client`) and the command line.
+
+Importing this package loads httpx and the standard library only: no pydantic, no FastAPI, no torch.
+"""
+
+from gluejobs.client import (
+    ApiError,
+    Artifact,
+    AsyncClient,
+    Checkpoint,
+    Client,
+    Event,
+    Job,
+    Metric,
+    StreamEvent,
+    WorkerInfo,
+)
+
+__all__ = [
+    "ApiError",
+    "Artifact",
+    "AsyncClient",
+    "Checkpoint",
+    "Client",
+    "Event",
+    "Job",
+    "Metric",
+    "StreamEvent",
+    "WorkerInfo",
+]

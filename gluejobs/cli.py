@@ -1,30 +1,34 @@
-"""The `gluejobs` command: serve, worker, submit, watch, demo, migrate.
+"""The `gluejobs` command.
 
-The entry point sits above the layers it starts: it is the one module that reaches both sides,
-and it imports each lazily (`gluejobs serve` never loads torch, and `gluejobs submit` loads
-neither FastAPI nor torch). `serve` and `worker` hand their flags to service/ and worker/.
+Client commands (submit, ls, show, cancel, logs, metrics, download, resubmit, watch) talk to the API
+through gluejobs.client and read GLUEJOBS_URL and GLUEJOBS_API_KEY. serve, worker, migrate and demo
+start the service's parts: this entry point sits above the layers it starts and is the one module
+that reaches both sides, each imported lazily (`gluejobs serve` never loads torch, and the client
+commands load neither FastAPI nor torch). `serve` and `worker` hand their flags to service/ and worker/.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import logging
 import os
 import sys
-import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, Metric
 
-from gluejobs.script_args import ScriptArgsError, submission_spec
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-POLL_INTERVAL_S = 2.0
-TERMINAL = ("succeeded", "failed", "cancelled")
 # Commands that hand the rest of the command line to another parser.
 FORWARDING_COMMANDS = ("serve", "worker", "submit")
+STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,23 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.INFO if args.command in ("serve", "worker", "migrate") else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    handler = {
-        "serve": _serve,
-        "worker": _worker,
-        "submit": _submit,
-        "watch": _watch,
-        "demo": _demo,
-        "migrate": _migrate,
-    }[args.command]
+    handler: Callable[[argparse.Namespace, list[str]], int] = COMMANDS[args.command]
     try:
         return int(handler(args, extra) or 0)
-    except (CliError, ScriptArgsError) as exc:
+    except (CliError, ApiError) as exc:
         print(f"gluejobs {args.command}: {exc}", file=sys.stderr)
         return 2
-
-
-class CliError(Exception):
-    """A problem the user can fix; printed without a traceback."""
+    except KeyboardInterrupt:
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,8 +57,15 @@ def _parser() -> argparse.ArgumentParser:
     # Their flags belong to service/ and worker/; `gluejobs serve --help` shows them.
     commands.add_parser("serve", help="run the HTTP API (migrates the database first)", add_help=False)
     commands.add_parser("worker", help="claim and run jobs (migrates the database first)", add_help=False)
+    commands.add_parser("migrate", help="bring the database schema up to date")
+    demo = commands.add_parser(
+        "demo", help="start an API and a worker, and fine-tune MiniLM on a small dataset"
+    )
+    demo.add_argument("--port", type=int, default=int(os.environ.get("GLUEJOBS_DEMO_PORT", "8000")))
+    demo.add_argument("--stop", action="store_true", help="stop the API and worker a demo left running")
 
-    submit = commands.add_parser(
+    submit = _client_command(
+        commands,
         "submit",
         help="submit a job: a run_glue_no_trainer.py or run_glue.py command line, a script or a config",
         allow_abbrev=False,
@@ -71,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         "(`python run_glue_no_trainer.py …`, `accelerate launch …`, `torchrun … run_glue.py …`, or the "
         "script's flags alone); every flag becomes a field of the job spec.",
     )
+    _job_options(submit)
     submit.add_argument(
         "--script", type=Path, help="a shell script that runs one of the scripts (its exports honoured)"
     )
@@ -78,52 +81,85 @@ def _parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="TrainingArguments and data/model arguments in a JSON or YAML file"
     )
     submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
-    _client_options(submit)
-    submit.add_argument("--priority", type=int, default=0)
-    submit.add_argument("--max-attempts", type=int, default=3)
-    submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
 
-    watch = commands.add_parser(
-        "watch", help="print a job's status and metrics as they arrive, until it ends"
+    ls = _client_command(commands, "ls", help="list jobs, newest first")
+    ls.add_argument("--status", action="append", choices=STATUSES, help="only these (repeatable)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    ls.add_argument("--json", action="store_true", help="one JSON object a line")
+
+    show = _client_command(commands, "show", help="a job: status, spec, metrics, checkpoints")
+    show.add_argument("job_id", type=int)
+    show.add_argument("--json", action="store_true", help="the job as the API returns it")
+
+    cancel = _client_command(commands, "cancel", help="cancel a queued or running job")
+    cancel.add_argument("job_id", type=int)
+
+    logs = _client_command(commands, "logs", help="a job's log (a failed job's traceback)")
+    logs.add_argument("job_id", type=int)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--attempt", type=int, help="this attempt's log (default: the newest)")
+    logs.add_argument("--tail", type=int, help="only the last N lines")
+
+    metrics = _client_command(commands, "metrics", help="a job's metric rows")
+    metrics.add_argument("job_id", type=int)
+    metrics.add_argument("--follow", action="store_true", help="keep printing new rows until the job ends")
+    metrics.add_argument("--csv", action="store_true", help="CSV with a header line")
+    metrics.add_argument("--split", help="train, eval or eval_mismatched")
+    metrics.add_argument("--name", help="e.g. loss, accuracy")
+
+    download = _client_command(commands, "download", help="download a job's final model or a checkpoint")
+    download.add_argument("job_id", type=int)
+    download.add_argument("dest", metavar="DIR")
+    download.add_argument("--checkpoint", type=int, metavar="STEP", help="the checkpoint saved at this step")
+
+    resubmit = _client_command(commands, "resubmit", help="submit a job's spec again, optionally changed")
+    resubmit.add_argument("job_id", type=int)
+    resubmit.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="changes",
+        help="change a spec field (VALUE is read as JSON when it parses: 3, 2e-5, true, null, [..])",
+    )
+    _job_options(resubmit)
+    resubmit.add_argument("--watch", action="store_true", help="follow the new job until it ends")
+
+    watch = _client_command(
+        commands, "watch", help="a progress bar over the job's optimizer steps, and a line per evaluation"
     )
     watch.add_argument("job_id", type=int)
-    _client_options(watch)
-
-    demo = commands.add_parser(
-        "demo", help="start an API and a worker, and fine-tune MiniLM on a small dataset"
-    )
-    demo.add_argument("--port", type=int, default=int(os.environ.get("GLUEJOBS_DEMO_PORT", "8000")))
-    demo.add_argument("--stop", action="store_true", help="stop the API and worker a demo left running")
-
-    commands.add_parser("migrate", help="bring the database schema up to date")
     return parser
 
 
-def _client_options(parser: argparse.ArgumentParser) -> None:
+def _client_command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
     parser.add_argument(
         "--url", default=os.environ.get("GLUEJOBS_URL", DEFAULT_URL), help="the API's base URL"
     )
     parser.add_argument(
         "--api-key", default=os.environ.get("GLUEJOBS_API_KEY"), help="a bearer key, if required"
     )
+    return parser
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--priority", type=int, default=0)
+    parser.add_argument("--max-attempts", type=int, default=3)
+    parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
+
+
+CLI_RETRIES = 2  # a person at a terminal would rather hear at once that the API is down
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, api_key=args.api_key or "", retries=CLI_RETRIES)
 
 
 # ---------------------------------------------------------------------------------------------------
-# serve, worker, migrate
+# serve, worker, migrate, demo: the service's own parts, imported only when asked for
 # ---------------------------------------------------------------------------------------------------
-
-
-def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
-    from shared.config import get_settings
-    from shared.db import Database
-    from shared.migrate import upgrade
-
-    db = Database(get_settings().database_url)
-    upgrade(db)
-    db.dispose()
-    print("database schema is up to date")
-    return 0
 
 
 def _serve(_args: argparse.Namespace, extra: list[str]) -> int:
@@ -138,114 +174,322 @@ def _worker(_args: argparse.Namespace, extra: list[str]) -> int:
     return work(extra)
 
 
-# ---------------------------------------------------------------------------------------------------
-# submit and watch: an HTTP client of the API
-# ---------------------------------------------------------------------------------------------------
+def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
+    from shared.config import get_settings
+    from shared.db import Database
+    from shared.migrate import upgrade
 
-
-def _client(args: argparse.Namespace) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    return httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=30.0)
-
-
-def _check(response: httpx.Response) -> dict[str, Any]:
-    if response.is_success:
-        body: dict[str, Any] = response.json()
-        return body
-    try:
-        error = response.json()["error"]
-        where = f" ({error['field']})" if error.get("field") else ""
-        raise CliError(f"{response.status_code} {error['code']}{where}: {error['message']}")
-    except (ValueError, KeyError, TypeError):
-        raise CliError(f"{response.status_code}: {response.text[:500]}") from None
-
-
-def _submit(args: argparse.Namespace, extra: list[str]) -> int:
-    spec = submission_spec(
-        extra, script=args.script, config=args.config, dry_run=args.dry_run, err=sys.stderr
-    )
-    if args.dry_run:
-        print(json.dumps(spec, indent=2))
-        return 0
-    metadata = dict(item.split("=", 1) for item in args.metadata if "=" in item)
-    body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts, "metadata": metadata}
-    with _client(args) as client:
-        try:
-            job = _check(client.post("/v1/jobs", json=body))
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach the API at {args.url}: {exc}") from exc
-        print(f"job {job['id']} queued (seed {job['spec']['seed']})")
-        if args.watch:
-            return watch_job(client, job["id"])
+    db = Database(get_settings().database_url)
+    upgrade(db)
+    db.dispose()
+    print("database schema is up to date")
     return 0
-
-
-def _watch(args: argparse.Namespace, _extra: list[str]) -> int:
-    with _client(args) as client:
-        try:
-            return watch_job(client, args.job_id)
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach the API at {args.url}: {exc}") from exc
-
-
-def watch_job(client: httpx.Client, job_id: int, *, out: Any = None) -> int:
-    """Print status changes and metric rows as they arrive; 0 when the job succeeds, 1 otherwise."""
-    out = out or sys.stdout
-    cursor: str | None = None
-    last_status = None
-    while True:
-        job = _check(client.get(f"/v1/jobs/{job_id}"))
-        if job["status"] != last_status:
-            last_status = job["status"]
-            print(_status_line(job), file=out, flush=True)
-        while True:  # every metric row written so far, page by page
-            params: dict[str, str | int] = {"limit": 1000, **({"after": cursor} if cursor else {})}
-            page = _check(client.get(f"/v1/jobs/{job_id}/metrics", params=params))
-            for line in _metric_lines(page["data"]):
-                print(line, file=out, flush=True)
-            if page["data"]:
-                cursor = str(page["data"][-1]["id"])
-            if not page["has_more"]:
-                break
-        if job["status"] in TERMINAL:
-            print(_final_line(job), file=out, flush=True)
-            return 0 if job["status"] == "succeeded" else 1
-        time.sleep(POLL_INTERVAL_S)
-
-
-def _status_line(job: dict[str, Any]) -> str:
-    line = f"job {job['id']}: {job['status']}"
-    if job["status"] == "running":
-        line += f" (attempt {job['attempts']} of {job['max_attempts']}, worker {job['worker_id']})"
-    return line
-
-
-def _metric_lines(rows: list[dict[str, Any]]) -> list[str]:
-    grouped: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        grouped.setdefault((row["step"], row["split"]), []).append(row)
-    lines = []
-    for (step, split), group in grouped.items():
-        values = "  ".join(f"{r['name']} {r['value']:.4g}" for r in group)
-        lines.append(f"  step {step:>6}  epoch {group[0]['epoch']:>6.2f}  {split:<15} {values}")
-    return lines
-
-
-def _final_line(job: dict[str, Any]) -> str:
-    if job["status"] == "succeeded":
-        result = job.get("result") or {}
-        speed = result.get("train_samples_per_second")
-        tail = f", {speed:.1f} train samples/s" if speed else ""
-        return f"job {job['id']} succeeded{tail}; model in {job['output_dir']}"
-    if job["status"] == "failed":
-        return f"job {job['id']} failed: {job['error']}"
-    return f"job {job['id']} {job['status']}"
 
 
 def _demo(args: argparse.Namespace, _extra: list[str]) -> int:
     from gluejobs.demo import run_demo, stop_demo
 
     return stop_demo() if args.stop else run_demo(port=args.port)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Client commands
+# ---------------------------------------------------------------------------------------------------
+
+
+def _submit(args: argparse.Namespace, extra: list[str]) -> int:
+    # The flag translation reads the job spec's fields (pydantic): loaded only by this command.
+    from gluejobs.script_args import ScriptArgsError, submission_spec
+
+    try:
+        spec = submission_spec(
+            extra, script=args.script, config=args.config, dry_run=args.dry_run, err=sys.stderr
+        )
+    except ScriptArgsError as exc:
+        raise CliError(str(exc)) from exc
+    if args.dry_run:
+        print(json.dumps(spec, indent=2))
+        return 0
+    return _create(args, spec, _metadata(args.metadata))
+
+
+def _resubmit(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        original = client.jobs.get(args.job_id)
+    spec = dict(original.spec)
+    for change in args.changes:
+        key, value = _assignment(change)
+        spec[key] = value
+    metadata = {**{k: str(v) for k, v in original.metadata.items()}, "resubmitted_from": str(original.id)}
+    return _create(args, spec, {**metadata, **_metadata(args.metadata)})
+
+
+def _create(args: argparse.Namespace, spec: dict[str, Any], metadata: dict[str, str]) -> int:
+    with _client(args) as client:
+        job = client.jobs.create(
+            spec, priority=args.priority, max_attempts=args.max_attempts, metadata=metadata
+        )
+        print(f"job {job.id} queued (seed {job.spec.get('seed')})")
+        if args.watch:
+            return watch_job(client, job.id)
+    return 0
+
+
+def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    with _client(args) as client:
+        jobs = list(_take(client.jobs.list(status=args.status), args.limit))
+    if args.json:
+        for job in jobs:
+            print(json.dumps(job.raw))
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "status", "task", "model", "metric", "progress", "duration", "created"):
+        table.add_column(column, justify="right" if column in ("id", "metric") else "left")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.status,
+            _task(job),
+            str(job.spec.get("model_name_or_path", "")),
+            _headline(job),
+            _progress(job),
+            _duration(job),
+            _when(job.created_at),
+        )
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    return 0
+
+
+def _show(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        job = client.jobs.get(args.job_id)
+        checkpoints = client.jobs.checkpoints(args.job_id)
+    if args.json:
+        print(json.dumps(job.raw, indent=2))
+        return 0
+    lines = [
+        f"job {job.id}: {job.status} (attempt {job.attempts} of {job.max_attempts})",
+        f"  task      {_task(job)}    model {job.spec.get('model_name_or_path')}",
+        f"  created   {_when(job.created_at)}    duration {_duration(job)}",
+        f"  progress  {_progress(job)}    {_headline(job)}",
+    ]
+    if job.worker_id:
+        lines.append(f"  worker    {job.worker_id}")
+    if job.error:
+        lines.append(f"  error     {job.error_code or 'failed'}: {job.error.splitlines()[0]}")
+    for split, values in sorted(job.latest_metrics.items()):
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in values.items() if k not in ("step", "epoch"))
+        lines.append(f"  {split:<9} {shown} (step {values.get('step')})")
+    if job.best_metrics:
+        best = job.best_metrics
+        lines.append(f"  best      {best['metric']} {best['value']:.4f} at step {best['step']}")
+    for checkpoint in checkpoints:
+        mark = " (best)" if checkpoint.is_best else ""
+        lines.append(
+            f"  checkpoint step {checkpoint.step} epoch {checkpoint.epoch:g}{mark}: {checkpoint.path}"
+        )
+    lines.append("  spec      " + json.dumps(job.spec, sort_keys=True))
+    print("\n".join(lines))
+    return 0
+
+
+def _cancel(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        job = client.jobs.cancel(args.job_id)
+    print(f"job {job.id}: {job.status}")
+    return 0
+
+
+def _logs(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        if not args.follow:
+            sys.stdout.write(client.jobs.logs(args.job_id, attempt=args.attempt, tail=args.tail))
+            return 0
+        for text in client.jobs.follow_logs(args.job_id, attempt=args.attempt):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    return 0
+
+
+def _metrics(args: argparse.Namespace, _extra: list[str]) -> int:
+    columns = ("id", "epoch", "step", "split", "name", "value", "created_at")
+    writer = csv.writer(sys.stdout, lineterminator="\n") if args.csv else None
+    if writer:
+        writer.writerow(columns)
+    with _client(args) as client:
+        for row in client.jobs.metrics(args.job_id, follow=args.follow, split=args.split, name=args.name):
+            if writer:
+                writer.writerow([row.raw[c] for c in columns])
+            else:
+                where = f"step {row.step:>7}  epoch {row.epoch:>7.2f}  {row.split:<15}"
+                print(f"{where} {row.name:<22} {row.value:.6g}")
+            sys.stdout.flush()
+    return 0
+
+
+def _download(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        dest = client.jobs.download(args.job_id, args.dest, checkpoint=args.checkpoint)
+    what = f"checkpoint {args.checkpoint}" if args.checkpoint is not None else "model"
+    print(f"job {args.job_id}: {what} downloaded to {dest}")
+    return 0
+
+
+def _watch(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return watch_job(client, args.job_id)
+
+
+# ---------------------------------------------------------------------------------------------------
+# watch: a progress bar over optimizer steps and a line per evaluation, from the live stream
+# ---------------------------------------------------------------------------------------------------
+
+
+def watch_job(client: Client, job_id: int) -> int:
+    """Follow a job until it ends; 0 when it succeeds, 1 otherwise."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(highlight=False, soft_wrap=True)
+    progress = Progress(
+        TextColumn("job {task.fields[job]} {task.fields[status]}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    evaluations: dict[tuple[str, int], list[Metric]] = {}
+    final = "unknown"
+    with progress:
+        bar = progress.add_task("train", total=None, job=job_id, status="", rate="")
+        for message in client.jobs.stream(job_id):
+            if message.event != "metric" or message.data.get("split") == "train":
+                _print_evaluations(progress.console, evaluations)
+            if message.event == "status":
+                progress.update(bar, status=message.data["status"])
+                progress.console.print(f"job {job_id}: {message.data['message']}")
+            elif message.event == "event" and isinstance(message.data.get("data"), dict):
+                steps = message.data["data"].get("max_train_steps")
+                if steps:
+                    progress.update(bar, total=int(steps))
+            elif message.event == "metric":
+                row = Metric.from_json(message.data)
+                if row.split == "train":
+                    progress.update(bar, completed=row.step)
+                    speed = progress.tasks[0].speed
+                    progress.update(bar, rate=f"{speed:.2f} steps/s" if speed else "")
+                else:
+                    evaluations.setdefault((row.split, row.step), []).append(row)
+            elif message.event == "end":
+                final = message.data["status"]
+        _print_evaluations(progress.console, evaluations)
+    job = client.jobs.get(job_id)
+    console.print(_final_line(job))
+    return 0 if final == "succeeded" else 1
+
+
+def _print_evaluations(console: Any, evaluations: dict[tuple[str, int], list[Metric]]) -> None:
+    for (split, step), rows in evaluations.items():
+        values = "  ".join(f"{r.name} {r.value:.4f}" for r in rows)
+        console.print(f"  epoch {rows[0].epoch:>5.2f}  step {step:>6}  {split:<15} {values}")
+    evaluations.clear()
+
+
+def _final_line(job: Job) -> str:
+    if job.status == "succeeded":
+        speed = (job.result or {}).get("train_samples_per_second")
+        tail = f", {speed:.1f} train samples/s" if speed else ""
+        return f"job {job.id} succeeded{tail}; model in {job.output_dir}"
+    if job.status == "failed":
+        return f"job {job.id} failed: {job.error}\n  (its log: gluejobs logs {job.id})"
+    return f"job {job.id} {job.status}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------------
+
+
+def _task(job: Job) -> str:
+    return str(job.spec.get("task_name") or job.spec.get("train_file") or "")
+
+
+def _headline(job: Job) -> str:
+    headline = job.headline_metric or {}
+    value = headline.get("best") if headline.get("best") is not None else headline.get("value")
+    return f"{headline['name']} {value:.4f}" if value is not None else ""
+
+
+def _progress(job: Job) -> str:
+    train = job.latest_metrics.get("train") or {}
+    step = train.get("step")
+    if step is None:
+        return ""
+    total = (job.result or {}).get("completed_steps") or job.spec.get("max_train_steps")
+    return f"step {step}{f'/{total}' if total else ''} · epoch {train.get('epoch', 0):.2f}"
+
+
+def _duration(job: Job) -> str:
+    if job.started_at is None:
+        return ""
+    seconds = int(((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds())
+    return (
+        f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else ""
+
+
+def _metadata(items: list[str]) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in items]
+    bad = [item for item, pair in zip(items, pairs, strict=True) if len(pair) != 2 or not pair[0]]
+    if bad:
+        raise CliError(f"--metadata takes KEY=VALUE, not {bad[0]!r}")
+    return dict((key, value) for key, value in pairs)
+
+
+def _assignment(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise CliError(f"--set takes KEY=VALUE, not {item!r}")
+    try:
+        return key, json.loads(text)
+    except ValueError:
+        return key, text
+
+
+def _take(items: Iterable[Job], limit: int) -> Iterable[Job]:
+    for count, item in enumerate(items):
+        if count >= limit:
+            return
+        yield item
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
+    "serve": _serve,
+    "worker": _worker,
+    "migrate": _migrate,
+    "demo": _demo,
+    "submit": _submit,
+    "ls": _ls,
+    "show": _show,
+    "cancel": _cancel,
+    "logs": _logs,
+    "metrics": _metrics,
+    "download": _download,
+    "resubmit": _resubmit,
+    "watch": _watch,
+}
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from gluejobs.client import Client
 from shared.config import DEFAULT_VAR_DIR, Settings, get_settings
 
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
@@ -64,20 +65,16 @@ def run_demo(*, port: int) -> int:
     if not _alive("worker"):
         _start("worker", [sys.executable, "-m", "gluejobs.cli", "worker"])
     print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
-    with httpx.Client(base_url=url, timeout=30.0) as client:
-        response = client.post(
-            "/v1/jobs", json={"spec": demo_spec(), "metadata": {"source": "gluejobs demo"}}
-        )
-        response.raise_for_status()
-        job = response.json()
+    with Client(url) as client:
+        job = client.jobs.create(demo_spec(), metadata={"source": "gluejobs demo"})
         print(
-            f"submitted job {job['id']}: fine-tune {MODEL_NAME} on the demo sentiment data "
+            f"submitted job {job.id}: fine-tune {MODEL_NAME} on the demo sentiment data "
             f"({_rows('sentiment_train.csv')} train / {_rows('sentiment_validation.csv')} validation rows)"
         )
-        print(f"  curl {url}/v1/jobs/{job['id']}")
-        code = watch_job(client, job["id"])
+        print(f"  dashboard {url}/#/jobs/{job.id}    curl {url}/v1/jobs/{job.id}")
+        code = watch_job(client, job.id)
     print()
-    print(f"The API is still running at {url} — docs at {url}/docs, jobs at {url}/v1/jobs")
+    print(f"The API is still running at {url} — dashboard at {url}/, docs at {url}/docs")
     print("A worker is still running too. Stop both with `make stop` (or `gluejobs demo --stop`).")
     return code
 

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from service.errors import error_response, install_error_handlers
-from service.routes import health, jobs
+from service.prometheus import registry_for
+from service.routes import artifacts, dashboard, health, jobs, prometheus, stream
 from shared.config import Settings, get_settings
 from shared.db import Database
 
@@ -36,6 +37,12 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
 
     v1 = APIRouter(prefix="/v1")
     v1.include_router(jobs.router)
+    v1.include_router(stream.router)
+    v1.include_router(artifacts.router)
     app.include_router(v1)
     app.include_router(health.router)
+    app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s)
+    app.include_router(prometheus.router)
+    app.include_router(dashboard.router)
+    dashboard.mount_static(app)
     return app

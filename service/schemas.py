@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from shared.models import JobStatus
 from shared.spec import JobSpec
+from shared.tasks import EVAL_SPLIT, TASKS
 
 T = TypeVar("T")
 
@@ -39,6 +40,12 @@ class JobCreate(BaseModel):
         return value
 
 
+class HeadlineMetric(BaseModel):
+    name: str
+    value: float | None = Field(description="The newest evaluation's value")
+    best: float | None = Field(description="The best evaluation's value")
+
+
 class JobPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -60,6 +67,21 @@ class JobPublic(BaseModel):
     latest_metrics: dict[str, Any] = Field(description="Per split, the newest value of each metric")
     best_metrics: dict[str, Any] | None = Field(description="The best evaluation by metric_for_best_model")
     result: dict[str, Any] | None = Field(description="Parameter counts, throughput, peak memory …")
+
+    @computed_field(description="The task's main metric: its newest evaluation and its best")  # type: ignore[prop-decorator]
+    @property
+    def headline_metric(self) -> HeadlineMetric | None:
+        task = TASKS.get(str(self.spec.get("task_name") or ""))
+        name = task.main_metric if task else (self.best_metrics or {}).get("metric")
+        if name is None:
+            return None
+        latest = (self.latest_metrics.get(EVAL_SPLIT) or {}).get(name)
+        best = (
+            self.best_metrics["value"]
+            if self.best_metrics and self.best_metrics.get("metric") == name
+            else None
+        )
+        return HeadlineMetric(name=name, value=latest, best=best)
 
 
 class Page(BaseModel, Generic[T]):
@@ -100,7 +122,7 @@ class EventPublic(BaseModel):
 
     id: int
     created_at: datetime
-    kind: str = Field(description="state (a status change) or log")
+    kind: str = Field(description="state (a status change), log, or checkpoint")
     level: str
     message: str
     data: dict[str, Any] | None
@@ -120,3 +142,14 @@ class Health(BaseModel):
     status: str
     database: str | None = None
     detail: str | None = None
+
+
+class ArtifactPublic(BaseModel):
+    path: str = Field(description="Relative to the job's folder; GET /v1/jobs/{id}/artifacts/{path}")
+    size: int = Field(description="Bytes")
+    modified: datetime
+    kind: str = Field(description="model, checkpoint, predictions, log or other")
+
+
+class ArtifactList(BaseModel):
+    data: list[ArtifactPublic]

@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     def admin_key_digests(self) -> frozenset[str]:
         return frozenset(key_digest(k) for k in self.admin_keys)
 
+    def job_dir(self, job_id: int) -> Path:
+        """A job's folder (model, checkpoints, logs, predictions): the one the worker writes and the
+        API serves, so both must see the same GLUEJOBS_ARTIFACTS_DIR."""
+        return (self.artifacts_dir / "jobs" / str(job_id)).resolve()
+
 
 def key_digest(key: str) -> str:
     """The sha256 hex digest of a key; a configured `sha256:<hex>` entry is already one."""

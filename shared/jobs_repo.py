@@ -11,8 +11,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import (
+    Float,
+    Integer,
+    String,
+    Text,
+    cast,
+    delete,
+    func,
+    literal,
+    null,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shared.db import read, write
@@ -20,10 +34,12 @@ from shared.errors import Conflict, NotFound
 from shared.models import (
     ACTIVE_STATUSES,
     Checkpoint,
+    IdempotencyKey,
     Job,
     JobEvent,
     JobMetric,
     JobStatus,
+    Json,
     Worker,
     utcnow,
 )
@@ -31,6 +47,11 @@ from shared.tasks import EVAL_SPLIT, greater_is_better
 
 STATE = "state"
 LOG = "log"
+CHECKPOINT = "checkpoint"
+# How long POST /v1/jobs remembers an Idempotency-Key (at least the 24 hours the API promises).
+IDEMPOTENCY_KEY_TTL_S = 48 * 3600.0
+# What an idempotency conflict names as its field: the HTTP header that carried the key.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -48,19 +69,116 @@ def create_job(
     owner: str | None = None,
 ) -> Job:
     with write(session):
-        job = Job(
+        job = _add_job(
+            session,
             spec=spec,
             priority=priority,
-            metadata_=metadata or {},
+            metadata=metadata or {},
             max_attempts=max_attempts,
             owner=owner,
-            status=JobStatus.queued,
-            num_processes=int(spec.get("num_processes") or 1),
-            latest_metrics={},
         )
-        session.add(job)
-        session.flush()
-        _event(session, job.id, STATE, "job queued", data={"status": JobStatus.queued})
+    return job
+
+
+def _add_job(
+    session: Session,
+    *,
+    spec: dict[str, Any],
+    priority: int,
+    metadata: dict[str, Any],
+    max_attempts: int,
+    owner: str | None,
+) -> Job:
+    """A queued job and its first event, inside the caller's write transaction."""
+    job = Job(
+        spec=spec,
+        priority=priority,
+        metadata_=metadata,
+        max_attempts=max_attempts,
+        owner=owner,
+        status=JobStatus.queued,
+        num_processes=int(spec.get("num_processes") or 1),
+        latest_metrics={},
+    )
+    session.add(job)
+    session.flush()
+    _event(session, job.id, STATE, "job queued", data={"status": JobStatus.queued})
+    return job
+
+
+def create_job_once(
+    session: Session,
+    *,
+    key: str,
+    request_hash: str,
+    spec: dict[str, Any],
+    priority: int = 0,
+    metadata: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    owner: str | None = None,
+) -> tuple[Job, bool]:
+    """create_job under an Idempotency-Key: (the job, True) the first time; (the same job, False)
+    when the owner repeats the key with the same request. Conflict when the key came with another
+    request.
+
+    Race-safe: two requests with one key both try to insert it; the unique (owner, key) constraint
+    lets one commit, and the other's transaction (its job included) rolls back and reads the winner.
+    """
+    owner_key = owner or ""  # NULL would not take part in the unique key
+    for _ in range(3):
+        existing = _idempotent_job(session, owner=owner_key, key=key, request_hash=request_hash)
+        if existing is not None:
+            return existing, False
+        try:
+            with write(session):
+                # Expired keys go first, so that a key reused after its TTL starts afresh.
+                cutoff = utcnow() - timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)
+                session.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < cutoff))
+                job = _add_job(
+                    session,
+                    spec=spec,
+                    priority=priority,
+                    metadata=metadata or {},
+                    max_attempts=max_attempts,
+                    owner=owner,
+                )
+                session.add(
+                    IdempotencyKey(
+                        owner=owner_key,
+                        key=key,
+                        request_hash=request_hash,
+                        job_id=job.id,
+                        created_at=utcnow(),
+                    )
+                )
+                session.flush()
+            return job, True
+        except IntegrityError:
+            continue  # a concurrent request with this key committed first: read its job
+    raise Conflict(
+        f"the Idempotency-Key {key!r} is being used by concurrent requests; retry", field=IDEMPOTENCY_HEADER
+    )
+
+
+def _idempotent_job(session: Session, *, owner: str, key: str, request_hash: str) -> Job | None:
+    cutoff = utcnow() - timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)
+    with read(session):
+        row = session.scalars(
+            select(IdempotencyKey).where(
+                IdempotencyKey.owner == owner, IdempotencyKey.key == key, IdempotencyKey.created_at >= cutoff
+            )
+        ).one_or_none()
+        job = session.get(Job, row.job_id) if row is not None else None
+    if row is None:
+        return None
+    if row.request_hash != request_hash:
+        raise Conflict(
+            f"the Idempotency-Key {key!r} was already used with a different request (job {row.job_id}); "
+            "use a new key for a new job",
+            field=IDEMPOTENCY_HEADER,
+        )
+    if job is None:
+        raise NotFound(f"job {row.job_id} of Idempotency-Key {key!r} no longer exists")
     return job
 
 
@@ -381,6 +499,14 @@ def add_checkpoint(
                 set_={"path": path, "metrics": metrics, "is_best": is_best, "epoch": epoch},
             )
         )
+        # Also an event, so the live stream and the event cursor carry checkpoints in order.
+        _event(
+            session,
+            job_id,
+            CHECKPOINT,
+            f"checkpoint at step {step}" + (" (best so far)" if is_best else ""),
+            data={"step": step, "epoch": epoch, "path": path, "metrics": metrics, "is_best": is_best},
+        )
 
 
 def delete_checkpoints(session: Session, *, job_id: int, steps: Sequence[int]) -> None:
@@ -389,6 +515,13 @@ def delete_checkpoints(session: Session, *, job_id: int, steps: Sequence[int]) -
         return
     with write(session):
         session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step.in_(steps)))
+        _event(
+            session,
+            job_id,
+            CHECKPOINT,
+            f"removed checkpoint(s) at step {', '.join(map(str, steps))}",
+            data={"deleted_steps": list(steps)},
+        )
 
 
 def add_event(
@@ -419,6 +552,10 @@ def _event(
     level: str = "info",
     data: dict[str, Any] | None = None,
 ) -> None:
+    # The job's row lock first (a no-op where the caller holds it): one job's events then commit in
+    # id order on Postgres too, so a cursor (`after=`, the live stream) never steps over an event
+    # that commits late. SQLite's single writer gives that order anyway.
+    session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
     session.add(
         JobEvent(job_id=job_id, kind=kind, level=level, message=message, data=data, created_at=utcnow())
     )
@@ -472,6 +609,92 @@ def list_checkpoints(session: Session, *, job_id: int) -> list[Checkpoint]:
         return list(
             session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
         )
+
+
+@dataclass(frozen=True)
+class StreamPage:
+    """A job's metric rows and events after two cursors, each in id order; `full` when either side
+    filled its limit (more rows are waiting)."""
+
+    metrics: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    full: bool
+
+
+def read_stream_page(
+    session: Session, *, job_id: int, after_metric: int, after_event: int, limit: int = 1000
+) -> StreamPage:
+    """What the live stream sends next: ONE statement, a UNION ALL of two index range scans
+    (job_metrics and job_events by (job_id, id)), so a poll costs the same however many rows the job
+    has. The two sides share one column list; each fills the columns of the other with typed NULLs
+    (typed, so that Postgres can unite them and the JSON column is decoded on both databases)."""
+    statement = stream_statement(
+        job_id=job_id, after_metric=after_metric, after_event=after_event, limit=limit
+    )
+    with read(session):
+        rows = session.execute(statement).mappings().all()
+    metric_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "epoch", "step", "split", "name", "value", "created_at")}
+            for r in rows
+            if r["source"] == "metric"
+        ),
+        key=lambda r: r["id"],
+    )
+    event_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "created_at", "kind", "level", "message", "data")}
+            for r in rows
+            if r["source"] == "event"
+        ),
+        key=lambda r: r["id"],
+    )
+    return StreamPage(metric_rows, event_rows, full=len(metric_rows) >= limit or len(event_rows) >= limit)
+
+
+def stream_statement(*, job_id: int, after_metric: int, after_event: int, limit: int) -> Any:
+    """The UNION ALL that read_stream_page runs (its own function, so a test can EXPLAIN it)."""
+    metrics = (
+        select(
+            literal("metric").label("source"),
+            JobMetric.id,
+            JobMetric.created_at,
+            JobMetric.epoch,
+            JobMetric.step,
+            JobMetric.split,
+            JobMetric.name,
+            JobMetric.value,
+            cast(null(), String).label("kind"),
+            cast(null(), String).label("level"),
+            cast(null(), Text).label("message"),
+            cast(null(), Json).label("data"),
+        )
+        .where(JobMetric.job_id == job_id, JobMetric.id > after_metric)
+        .order_by(JobMetric.id)
+        .limit(limit)
+        .subquery()
+    )
+    events = (
+        select(
+            literal("event").label("source"),
+            JobEvent.id,
+            JobEvent.created_at,
+            cast(null(), Float).label("epoch"),
+            cast(null(), Integer).label("step"),
+            cast(null(), String).label("split"),
+            cast(null(), String).label("name"),
+            cast(null(), Float).label("value"),
+            JobEvent.kind,
+            JobEvent.level,
+            JobEvent.message,
+            JobEvent.data,
+        )
+        .where(JobEvent.job_id == job_id, JobEvent.id > after_event)
+        .order_by(JobEvent.id)
+        .limit(limit)
+        .subquery()
+    )
+    return union_all(select(metrics), select(events))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,9 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared import metric_rules
+from shared.metric_rules import LOSS as LOSS_METRIC
 from shared.metric_rules import greater_is_better
 
-__all__ = ["EVAL_MISMATCHED_SPLIT", "EVAL_SPLIT", "TASKS", "TRAIN_SPLIT", "GlueTask", "greater_is_better"]
+__all__ = [
+    "EVAL_MISMATCHED_SPLIT",
+    "EVAL_SPLIT",
+    "LOSS_METRIC",
+    "TASKS",
+    "TRAIN_SPLIT",
+    "GlueTask",
+    "greater_is_better",
+]
 
 
 @dataclass(frozen=True)

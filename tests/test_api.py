@@ -190,8 +190,13 @@ def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
             "is_best": True,
         }
     ]
-    assert [(e["kind"], e["message"]) for e in events["data"]] == [("state", "job queued"), ("log", "hello")]
-    assert [e["message"] for e in later["data"]] == ["hello"]
+    # A checkpoint is also an event, so the live stream and the event cursor carry it in order.
+    assert [(e["kind"], e["message"]) for e in events["data"]] == [
+        ("state", "job queued"),
+        ("checkpoint", "checkpoint at step 46 (best so far)"),
+        ("log", "hello"),
+    ]
+    assert [e["message"] for e in later["data"]] == ["checkpoint at step 46 (best so far)", "hello"]
 
 
 def test_metric_polling_is_an_index_range_scan(db: Database) -> None:

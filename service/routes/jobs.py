@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from service.deps import JobDep, PrincipalDep, SessionDep, SettingsDep
+from service.idempotency import request_hash
 from service.schemas import (
     CheckpointList,
     CheckpointPublic,
@@ -27,12 +28,22 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorResponse},
     404: {"model": ErrorResponse},
+    409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
 }
 
 Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
 RowLimit = Annotated[int, Query(ge=1, le=10_000, description="Rows per page")]
 After = Annotated[int | None, Query(ge=0, description="The `next_cursor` of the previous page")]
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias=jobs_repo.IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=255,
+        description="Any unique string (a UUID); a retried request with it returns the first one's job",
+    ),
+]
 
 
 def _page(
@@ -53,14 +64,35 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS)
 def create_job(
-    body: JobCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
+    body: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    response: Response,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> JobPublic:
     """Queue a fine-tuning job. The answer holds the resolved spec: defaults filled in, seed recorded.
 
     A spec that cannot run (unknown task or field, bad values, paths that leave their folders …)
-    is refused with 422 and nothing is stored.
+    is refused with 422 and nothing is stored. With an `Idempotency-Key`, repeating the request
+    returns the job it created (200) instead of queuing another; the same key with a different body
+    is refused with 409.
     """
     spec = check_trackers(check_paths(body.spec, settings), settings).with_seed()
+    if idempotency_key is not None:
+        job, created = jobs_repo.create_job_once(
+            session,
+            key=idempotency_key,
+            request_hash=request_hash(body),
+            spec=spec.model_dump(mode="json"),
+            priority=body.priority,
+            metadata=body.metadata,
+            max_attempts=body.max_attempts,
+            owner=principal.owner,
+        )
+        if not created:
+            response.status_code = status.HTTP_200_OK
+        return JobPublic.model_validate(job)
     job = jobs_repo.create_job(
         session,
         spec=spec.model_dump(mode="json"),

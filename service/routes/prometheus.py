@@ -1,0 +1,27 @@
+"""GET /metrics: Prometheus text format, every figure read from the database at scrape time."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from service.deps import PrincipalDep
+
+router = APIRouter(tags=["monitoring"])
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}},
+)
+def read_prometheus_metrics(request: Request, _principal: PrincipalDep) -> Response:
+    """Jobs by status, the queue, claims, job and epoch durations, failures by error code, workers
+    by state with their heartbeat age, and running jobs' training throughput (names `gluejobs_*`).
+
+    Correct behind several API processes: nothing is counted in the process. With API keys
+    configured, a scrape needs one (Prometheus: `authorization: {credentials: <key>}`).
+    """
+    registry: CollectorRegistry = request.app.state.prometheus
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,176 @@
+"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright) against a live
+API and a real worker: the list loads and filters, a training job's curves get points while it
+trains, the cancel button cancels, compare overlays jobs, an API key is asked for once and scopes
+what the page shows, and the browser logs no errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import get, live_api, start_worker, submit
+from tests.observe_helpers import TINY_SPEC, observe_settings
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Headless, and nothing that reaches the network on its own (updates, sync, first-run pages).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Set to a path (e.g. docs/dashboard.png) to keep the job page's screenshot there.
+SCREENSHOT_ENV = "GLUEJOBS_DASHBOARD_SCREENSHOT"
+UNAUTHORIZED_LOAD = "the server responded with a status of 401"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        yield launched
+        launched.close()
+
+
+def console_errors(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    return errors
+
+
+def points(page: Any, chart: str) -> int:
+    return int(page.get_attribute(f'[data-chart="{chart}"]', "data-points") or 0)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_dashboard_follows_and_cancels_a_training_job(
+    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, browser: Any
+) -> None:
+    settings = observe_settings(settings_factory, tmp_path, glue_data, db_url)
+    long_job = {
+        **TINY_SPEC,
+        "max_train_samples": 160,  # 10 steps an epoch
+        "num_train_epochs": 40,
+        "save_strategy": "epoch",
+        "save_total_limit": 2,
+    }
+    with live_api(settings) as client:
+        base = str(client.base_url).rstrip("/")
+        job = submit(client, long_job)
+        other = submit(client, {**TINY_SPEC, "seed": 8})
+        assert client.post(f"/v1/jobs/{other['id']}/cancel").json()["status"] == "cancelled"
+        worker = start_worker(settings, log=tmp_path / "worker.log")
+        page = browser.new_page(viewport={"width": 1440, "height": 1500})
+        errors = console_errors(page)
+        try:
+            # The list loads, with both jobs; the status filter narrows it.
+            page.goto(f"{base}/")
+            page.wait_for_selector(f'tr[data-job="{job["id"]}"]')
+            assert page.locator(f'tr[data-job="{other["id"]}"] [data-status="cancelled"]').count() == 1
+            page.select_option("#status-filter", "cancelled")
+            page.wait_for_function(f"() => !document.querySelector('tr[data-job=\"{job['id']}\"]')")
+            assert page.locator(f'tr[data-job="{other["id"]}"]').count() == 1
+            page.select_option("#status-filter", "")
+            # It updates live: the job starts running without a reload.
+            page.wait_for_selector(f'tr[data-job="{job["id"]}"] [data-status="running"]', timeout=90_000)
+
+            # The job page: curves get points while the job trains.
+            page.click(f'a[href="#/jobs/{job["id"]}"]')
+            page.wait_for_function(
+                "() => Number(document.querySelector('[data-chart=\"loss\"]')?.dataset.points) >= 3"
+            )
+            first_losses = points(page, "loss")
+            page.wait_for_function(
+                "() => Number(document.querySelector('[data-chart=\"eval accuracy\"]')?.dataset.points) >= 3",
+                timeout=90_000,
+            )
+            assert points(page, "loss") > first_losses
+            assert points(page, "learning_rate") >= 3
+            assert get(client, f"/v1/jobs/{job['id']}")["status"] == "running"
+            page.wait_for_selector("#checkpoints tr.best")
+            page.wait_for_function("() => document.querySelector('#log').textContent.includes('training:')")
+            assert page.locator("#events li").count() >= 3
+            assert '"task_name": "sst2"' in (page.text_content("#spec") or "")
+            screenshot = tmp_path / "dashboard.png"
+            page.screenshot(path=str(screenshot))
+            assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            if os.environ.get(SCREENSHOT_ENV):
+                shutil.copy(screenshot, os.environ[SCREENSHOT_ENV])
+
+            # The cancel button cancels: the worker stops the job and the page shows it.
+            page.click("#cancel")
+            page.wait_for_selector('h1 [data-status="cancelled"]', timeout=60_000)
+            assert get(client, f"/v1/jobs/{job['id']}")["status"] == "cancelled"
+            assert page.is_disabled("#cancel")
+
+            # Compare: both jobs side by side, the trained one's evaluation curve drawn.
+            page.goto(f"{base}/#/compare?ids={job['id']},{other['id']}")
+            page.wait_for_selector("#compare-table")
+            headers = page.locator("#compare-table thead th").all_text_contents()
+            assert any(f"job {job['id']}" in h for h in headers) and any(
+                f"job {other['id']}" in h for h in headers
+            )
+            assert points(page, "eval accuracy") >= 3
+            assert errors == []
+        finally:
+            page.close()
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(60)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_dashboard_asks_for_a_key_and_shows_what_it_may_see(
+    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, browser: Any
+) -> None:
+    settings = observe_settings(
+        settings_factory, tmp_path, glue_data, db_url, api_keys=["alice-key", "bob-key"]
+    )
+    with live_api(settings) as client:
+        base = str(client.base_url).rstrip("/")
+        mine = client.post(
+            "/v1/jobs", json={"spec": TINY_SPEC}, headers={"Authorization": "Bearer alice-key"}
+        )
+        theirs = client.post(
+            "/v1/jobs", json={"spec": TINY_SPEC}, headers={"Authorization": "Bearer bob-key"}
+        )
+        # What the page reads of a job is its owner's alone (404 for any other key).
+        bob = {"Authorization": "Bearer bob-key"}
+        for path in ("", "/logs", "/artifacts", "/artifacts/logs", "/stream", "/metrics", "/checkpoints"):
+            assert client.get(f"/v1/jobs/{mine.json()['id']}{path}", headers=bob).status_code == 404, path
+        # Prometheus scrapes with a key too, once keys are configured.
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=bob).status_code == 200
+        page = browser.new_page()
+        errors = console_errors(page)
+        page.goto(f"{base}/")
+        page.wait_for_selector("#key-dialog[open]")
+        page.fill("#key-input", "not-a-key")
+        page.click("#key-form button")
+        page.wait_for_function("() => document.querySelector('#key-error').textContent.includes('refused')")
+        page.fill("#key-input", "alice-key")
+        page.click("#key-form button")
+        page.wait_for_selector(f'tr[data-job="{mine.json()["id"]}"]')
+        assert page.locator(f'tr[data-job="{theirs.json()["id"]}"]').count() == 0
+        # Kept for the session: a reload asks no more.
+        page.reload()
+        page.wait_for_selector(f'tr[data-job="{mine.json()["id"]}"]')
+        assert not page.is_visible("#key-dialog")
+        # Only the refused requests' own 401s reach the console.
+        assert [e for e in errors if UNAUTHORIZED_LOAD not in e] == []
+        assert errors
+        page.close()
