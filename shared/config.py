@@ -31,7 +31,8 @@ _KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GLUEJOBS_", extra="ignore")
+    # hide_input_in_errors: a bad setting is named, never echoed (keys, passwords in database URLs).
+    model_config = SettingsConfigDict(env_prefix="GLUEJOBS_", extra="ignore", hide_input_in_errors=True)
 
     database_url: str = Field(
         default=f"sqlite:///{DEFAULT_VAR_DIR / 'gluejobs.db'}",

@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -63,7 +64,9 @@ Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
 StepCount = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 SampleCount = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
-DataPath = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+DataPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+# Documented as the enum it is; _known_task also takes "SST-2" and the like.
+TaskName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(TASKS)})]
 
 
 class JobSpec(BaseModel):
@@ -71,7 +74,17 @@ class JobSpec(BaseModel):
 
     # allow_inf_nan=False: every float field is finite (JSON has no Infinity; 1e309 parses as one).
     model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, use_enum_values=True, allow_inf_nan=False
+        extra="forbid",
+        populate_by_name=True,
+        use_enum_values=True,
+        allow_inf_nan=False,
+        # The schema says what _coherent requires first: a task, or files of one's own.
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["task_name"], "properties": {"task_name": {"type": "string"}}},
+                {"required": ["train_file"], "properties": {"train_file": {"type": "string"}}},
+            ]
+        },
     )
 
     # --- model and data -------------------------------------------------------------------------
@@ -80,9 +93,13 @@ class JobSpec(BaseModel):
         max_length=MAX_MODEL_NAME_CHARS,
         description="A Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to it; no '.', '..' or "
         f"empty components; each component at most {NAME_MAX_BYTES} bytes)",
+        # Documents part of check_model_name's rule (which enforces all of it): no control
+        # characters, no surrounding spaces, no trailing slash.
+        json_schema_extra={"pattern": r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s/\x00-\x1f\x7f])?$"},
     )
-    task_name: str | None = Field(
-        default=None, description="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli"
+    task_name: TaskName | None = Field(
+        default=None,
+        description="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli (case and dashes ignored)",
     )
     train_file: DataPath | None = Field(
         default=None,
