@@ -9,10 +9,10 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
   uploads have no Content-Length) stops being read and gets 413.
 
 Why not Starlette's RequestBodyLimitMiddleware (FastAPI's `max_body_size`)? It counts received bytes
-too, but it answers 413 in plain text instead of the API's error body, and when Content-Length is
-over the limit it replaces whatever response the app sends (the 401 above included) with that plain
-413. Both early answers close the connection, so the server does not go on reading a body nobody
-will use.
+too, but when Content-Length is over the limit it replaces whatever response the app sends, the 401
+above included, with a plain-text 413 instead of the API's error body; and as the app-wide limit it
+sits outside every user middleware, so this guard could not answer first. Both early answers here
+close the connection, so the server does not go on reading a body nobody will use.
 """
 
 from __future__ import annotations
