@@ -24,6 +24,8 @@ from tests.e2e import api_process
 MIB = 1024 * 1024
 ALICE = "alice-key-0123456789abcdef"
 ROOT = "root-key-0123456789abcdef"
+AS_ALICE = {"Authorization": f"Bearer {ALICE}"}
+AS_ROOT = {"Authorization": f"Bearer {ROOT}"}
 CAP_BYTES = MIB  # GLUEJOBS_MAX_REQUEST_BYTES's default
 # A peak that grew by less than this held no body: each upload below is 20 MiB or more.
 MEMORY_SLACK_BYTES = 8 * MIB
@@ -98,21 +100,29 @@ def api(settings_factory, db_url: str) -> Iterator[tuple[httpx.Client, int]]:  #
     with api_process(settings) as (client, process):
         # Warm up: every code path a refused upload touches has run once before the baseline.
         for _ in range(3):
-            assert (
-                client.post(
-                    "/v1/jobs", json={"spec": GOOD_SPEC}, headers={"Authorization": f"Bearer {ALICE}"}
-                ).status_code
-                == 201
-            )
-            assert client.get("/v1/jobs", headers={"Authorization": f"Bearer {ROOT}"}).status_code == 200
+            assert client.post("/v1/jobs", json={"spec": GOOD_SPEC}, headers=AS_ALICE).status_code == 201
+            assert client.get("/v1/jobs", headers=AS_ROOT).status_code == 200
         yield client, process.pid
 
 
 def assert_lists_still_work(client: httpx.Client, db: Database, jobs: int) -> None:
     assert count_rows(db, Job) == jobs
-    for key in (ALICE, ROOT):
-        listed = client.get("/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+    for headers in (AS_ALICE, AS_ROOT):
+        listed = client.get("/v1/jobs", headers=headers)
         assert listed.status_code == 200 and len(listed.json()["data"]) == jobs
+
+
+def declared_post(client: httpx.Client, length: int, headers: dict[str, str]) -> tuple[int, str]:
+    """Send only the headers of a POST that declares a `length`-byte body; the status and error code."""
+    connection = http.client.HTTPConnection(client.base_url.host, client.base_url.port, timeout=30)
+    connection.putrequest("POST", "/v1/jobs")
+    for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(length)}.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    response = connection.getresponse()
+    answer = (response.status, json.loads(response.read())["error"]["code"])
+    connection.close()
+    return answer
 
 
 def test_chunked_body_over_the_cap_is_refused_while_it_is_read(
@@ -121,7 +131,7 @@ def test_chunked_body_over_the_cap_is_refused_while_it_is_read(
     client, pid = api
     baseline = peak_rss_bytes(pid)
 
-    upload = chunked_post(str(client.base_url), "/v1/jobs", 20 * MIB, {"Authorization": f"Bearer {ALICE}"})
+    upload = chunked_post(str(client.base_url), "/v1/jobs", 20 * MIB, AS_ALICE)
 
     assert upload.status == 413, (upload.status, upload.body, upload.sent_bytes)
     assert upload.body["error"]["code"] == "request_too_large"
@@ -131,16 +141,7 @@ def test_chunked_body_over_the_cap_is_refused_while_it_is_read(
     assert_lists_still_work(client, db, 3)
 
     # A declared Content-Length over the cap is refused before a byte of the body is sent.
-    declared = http.client.HTTPConnection(client.base_url.host, client.base_url.port, timeout=30)
-    declared.putrequest("POST", "/v1/jobs")
-    declared.putheader("Authorization", f"Bearer {ALICE}")
-    declared.putheader("Content-Type", "application/json")
-    declared.putheader("Content-Length", str(50 * MIB))
-    declared.endheaders()
-    response = declared.getresponse()
-    assert response.status == 413
-    assert json.loads(response.read())["error"]["code"] == "request_too_large"
-    declared.close()
+    assert declared_post(client, 50 * MIB, AS_ALICE) == (413, "request_too_large")
     assert_lists_still_work(client, db, 3)
 
 
@@ -160,6 +161,8 @@ def test_anonymous_upload_is_refused_before_its_body_is_read(
         assert upload.body["error"]["code"] == "unauthorized"
         assert upload.headers["connection"] == "close"
         assert upload.sent_bytes < 100 * MIB
+    # Declared too large and without a key: the key is checked first, still before any body.
+    assert declared_post(client, 100 * MIB, {}) == (401, "unauthorized")
 
     assert peak_rss_bytes(pid) - baseline < MEMORY_SLACK_BYTES, (baseline, peak_rss_bytes(pid))
     assert_lists_still_work(client, db, 3)
