@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from shared.errors import QUOTE_CHARS, GluejobsError, InvalidSpec
+from shared.errors import GluejobsError, InvalidSpec, shorten
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ _HTTP_CODES = {
 MAX_MESSAGE_CHARS = 1000
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}…"
-
-
 def error_response(
     status: int,
     code: str,
@@ -42,7 +38,7 @@ def error_response(
     field: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    body: dict[str, str] = {"code": code, "message": _cut(message, MAX_MESSAGE_CHARS)}
+    body: dict[str, str] = {"code": code, "message": shorten(message, MAX_MESSAGE_CHARS)}
     if field is not None:
         body["field"] = field
     all_headers = dict(headers or {})
@@ -53,7 +49,7 @@ def error_response(
 
 def _location(loc: tuple[int | str, ...]) -> str | None:
     # A part can be a key the client sent (metadata keys): a short prefix names it well enough.
-    parts = [_cut(str(p), QUOTE_CHARS) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [shorten(str(p)) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import Request
 
-from shared.errors import QUOTE_CHARS, InvalidRequest
+from shared.errors import InvalidRequest, shorten
 
 _UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
 
@@ -31,8 +31,7 @@ def _string_problem(text: str) -> str | None:
 
 
 def _name(path: list[str | int]) -> str | None:
-    parts = [str(p) if len(str(p)) <= QUOTE_CHARS else f"{str(p)[:QUOTE_CHARS]}…" for p in path]
-    return ".".join(parts) or None
+    return ".".join(shorten(str(part)) for part in path) or None
 
 
 def find_unstorable(value: Any) -> tuple[str | None, str] | None:

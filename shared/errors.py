@@ -65,6 +65,11 @@ class JobFailed(GluejobsError):
 QUOTE_CHARS = 40
 
 
+def shorten(text: str, limit: int = QUOTE_CHARS) -> str:
+    """`text` cut to its first `limit` characters (a field name made of a key the client sent …)."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
 def quote(value: object, limit: int = QUOTE_CHARS) -> str:
     """`repr` of a value for an error message, cut to its first `limit` characters."""
     text = value if isinstance(value, str) else str(value)
