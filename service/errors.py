@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
-from shared.errors import GluejobsError, InvalidSpec
+from shared.errors import GluejobsError, InvalidSpec, shorten
 
 logger = logging.getLogger(__name__)
 
@@ -25,16 +27,29 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
-    body: dict[str, str] = {"code": code, "message": message}
+# A safety net: messages quote values through shared.errors.quote, but none is ever longer than this.
+MAX_MESSAGE_CHARS = 1000
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, str] = {"code": code, "message": shorten(message, MAX_MESSAGE_CHARS)}
     if field is not None:
         body["field"] = field
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    all_headers = dict(headers or {})
+    if status == 401:
+        all_headers.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse({"error": body}, status_code=status, headers=all_headers)
 
 
 def _location(loc: tuple[int | str, ...]) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # A part can be a key the client sent (metadata keys): a short prefix names it well enough.
+    parts = [shorten(str(p)) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or None
 
 
@@ -49,11 +64,19 @@ async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    if any(tuple(e.get("loc", ()))[:1] == ("body",) and isinstance(e.get("input"), bytes) for e in errors):
+        # FastAPI hands a route the raw bytes (never parsed JSON) when the content type is not JSON.
+        return error_response(
+            415, "unsupported_media_type", "the body must be JSON, sent with Content-Type: application/json"
+        )
+    first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
     field = _location(tuple(first.get("loc", ())))
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
-        return error_response(400, "invalid_json", f"the body is not valid JSON: {first.get('ctx', {})}")
+        reason = (first.get("ctx") or {}).get("error", "JSON decode error")
+        position = tuple(first.get("loc", ()))[1:2]
+        where = f" at character {position[0]}" if position else ""
+        return error_response(400, "invalid_json", f"the body is not valid JSON: {reason}{where}")
     if field:
         message = f"{field}: {message}"
     if len(errors) > 1:
@@ -62,10 +85,32 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", message, field)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes on this path, asked of the router itself (through the public
+    `matches` of its routes). Starlette names only the methods of the first route whose path
+    matched, and GET /v1/jobs and POST /v1/jobs are two routes."""
+    # Without what routing stored in the scope for the method that was refused.
+    base = {
+        k: v for k, v in request.scope.items() if k not in ("fastapi", "route", "endpoint", "path_params")
+    }
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**base, "method": method})[0] == Match.FULL for route in routes)
+    ]
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

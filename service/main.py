@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from fastapi import APIRouter, Depends, FastAPI
 
-from fastapi import APIRouter, FastAPI, Request, Response
-
-from service.errors import error_response, install_error_handlers
+from service.auth import KeyRing
+from service.errors import install_error_handlers
+from service.guard import PROTECTED_PREFIX, RequestGuard
+from service.input_checks import reject_unstorable_values
+from service.openapi import document_error_responses
 from service.prometheus import registry_for
 from service.routes import artifacts, dashboard, health, jobs, prometheus, stream
 from shared.config import Settings, get_settings
@@ -19,23 +21,16 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         title="gluejobs",
         version="0.1.0",
         summary="Fine-tuning jobs for GLUE-style classification and regression, as a REST service",
+        # On every route, before its own validation: values no database stores faithfully.
+        dependencies=[Depends(reject_unstorable_values)],
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
+    app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
     install_error_handlers(app)
+    app.add_middleware(RequestGuard, keys=app.state.keys, max_body_bytes=settings.max_request_bytes)
 
-    @app.middleware("http")
-    async def limit_body_size(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
-            return error_response(
-                413, "request_too_large", f"request body is larger than {settings.max_request_bytes} bytes"
-            )
-        return await call_next(request)
-
-    v1 = APIRouter(prefix="/v1")
+    v1 = APIRouter(prefix=PROTECTED_PREFIX)
     v1.include_router(jobs.router)
     v1.include_router(stream.router)
     v1.include_router(artifacts.router)
@@ -45,4 +40,5 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     app.include_router(prometheus.router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
+    document_error_responses(app)
     return app

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.models import JobStatus
 from shared.spec import JobSpec
@@ -14,7 +14,13 @@ from shared.tasks import EVAL_SPLIT, TASKS
 T = TypeVar("T")
 
 MAX_METADATA_KEYS = 32
+MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
+
+# Constraints in the types (not in a validator) so the schema documents them and an error names the
+# offending key: `metadata.<key>`.
+MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)]
+MetadataValue = Annotated[str, Field(max_length=MAX_METADATA_VALUE_CHARS)]
 
 
 class JobCreate(BaseModel):
@@ -24,20 +30,13 @@ class JobCreate(BaseModel):
 
     spec: JobSpec
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first")
-    metadata: dict[str, str] = Field(default_factory=dict, description="Your own labels, returned as given")
+    metadata: dict[MetadataKey, MetadataValue] = Field(
+        default_factory=dict,
+        max_length=MAX_METADATA_KEYS,
+        description=f"Your own labels, returned as given: at most {MAX_METADATA_KEYS} keys of 1 to "
+        f"{MAX_METADATA_KEY_CHARS} characters, values of at most {MAX_METADATA_VALUE_CHARS} characters",
+    )
     max_attempts: int = Field(default=3, ge=1, le=20, description="Runs before a job whose worker died fails")
-
-    @field_validator("metadata")
-    @classmethod
-    def _small_metadata(cls, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_METADATA_KEYS:
-            raise ValueError(f"at most {MAX_METADATA_KEYS} keys")
-        for key, item in value.items():
-            if not key or len(key) > 64:
-                raise ValueError(f"keys are 1 to 64 characters ({key[:70]!r})")
-            if len(item) > MAX_METADATA_VALUE_CHARS:
-                raise ValueError(f"value of {key!r} is longer than {MAX_METADATA_VALUE_CHARS} characters")
-        return value
 
 
 class HeadlineMetric(BaseModel):

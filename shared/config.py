@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_VAR_DIR = Path("var")
@@ -22,9 +23,16 @@ def _split_keys(value: object) -> object:
 
 KeyList = Annotated[list[str], NoDecode]
 
+DIGEST_PREFIX = "sha256:"
+_HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
+# Keys travel in an HTTP header, which carries bytes Starlette reads as latin-1: printable ASCII
+# (no spaces, no commas: those separate entries) is what arrives unchanged on every client.
+_KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GLUEJOBS_", extra="ignore")
+    # hide_input_in_errors: a bad setting is named, never echoed (keys, passwords in database URLs).
+    model_config = SettingsConfigDict(env_prefix="GLUEJOBS_", extra="ignore", hide_input_in_errors=True)
 
     database_url: str = Field(
         default=f"sqlite:///{DEFAULT_VAR_DIR / 'gluejobs.db'}",
@@ -45,8 +53,12 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
     cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM→SIGKILL grace for a job's child")
 
-    api_keys: KeyList = Field(default_factory=list, description="Bearer keys, or sha256:<hex> digests")
-    admin_keys: KeyList = Field(default_factory=list, description="Keys that see and cancel every job")
+    api_keys: KeyList = Field(
+        default_factory=list, description="Bearer keys, or sha256:<64 hex digits> digests of them"
+    )
+    admin_keys: KeyList = Field(
+        default_factory=list, description="Keys (or digests) that see and cancel every job"
+    )
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
     trackers: KeyList = Field(
         default_factory=lambda: ["tensorboard"],
@@ -64,6 +76,17 @@ class Settings(BaseSettings):
     def _parse_keys(cls, value: object) -> object:
         return _split_keys(value)
 
+    @field_validator("api_keys", "admin_keys")
+    @classmethod
+    def _valid_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for position, entry in enumerate(value, start=1):
+            try:
+                configured_key_digest(entry)
+            except ValueError as exc:
+                # The entry by its position, never its text: it may be a secret.
+                raise ValueError(f"GLUEJOBS_{str(info.field_name).upper()} entry {position}: {exc}") from None
+        return value
+
     @model_validator(mode="after")
     def _heartbeat_below_lease(self) -> Settings:
         if self.heartbeat_s >= self.lease_s:
@@ -77,25 +100,32 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         return bool(self.api_keys or self.admin_keys)
 
-    @property
-    def api_key_digests(self) -> frozenset[str]:
-        return frozenset(key_digest(k) for k in self.api_keys)
-
-    @property
-    def admin_key_digests(self) -> frozenset[str]:
-        return frozenset(key_digest(k) for k in self.admin_keys)
-
     def job_dir(self, job_id: int) -> Path:
         """A job's folder (model, checkpoints, logs, predictions): the one the worker writes and the
         API serves, so both must see the same GLUEJOBS_ARTIFACTS_DIR."""
         return (self.artifacts_dir / "jobs" / str(job_id)).resolve()
 
 
-def key_digest(key: str) -> str:
-    """The sha256 hex digest of a key; a configured `sha256:<hex>` entry is already one."""
-    if key.startswith("sha256:"):
-        return key.removeprefix("sha256:").lower()
-    return hashlib.sha256(key.encode()).hexdigest()
+def secret_digest(secret: str) -> str:
+    """The sha256 hex digest of a key. A key presented by a client always goes through here, so
+    a client that sends `sha256:<hex>` sends a key like any other (the digest of that string)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def configured_key_digest(entry: str) -> str:
+    """The digest a configured entry stands for: a `sha256:<64 hex digits>` entry is one already,
+    anything else is a key. Only the configuration may hold digests.
+
+    Error messages never quote the entry: it may be a secret.
+    """
+    if entry.startswith(DIGEST_PREFIX):
+        digest = entry.removeprefix(DIGEST_PREFIX)
+        if not _HEX_DIGEST.fullmatch(digest):
+            raise ValueError(f"it starts with {DIGEST_PREFIX} but is not followed by exactly 64 hex digits")
+        return digest.lower()
+    if not _KEY_CHARS.fullmatch(entry):
+        raise ValueError("a key is printable ASCII without spaces or commas")
+    return secret_digest(entry)
 
 
 @lru_cache(maxsize=1)

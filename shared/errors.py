@@ -60,6 +60,22 @@ class JobFailed(GluejobsError):
     """The job failed."""
 
 
+# Error messages quote at most this much of a value a client sent: enough to recognise it, and a
+# 100,000-character string is not echoed back (nor written to logs) whole.
+QUOTE_CHARS = 40
+
+
+def shorten(text: str, limit: int = QUOTE_CHARS) -> str:
+    """`text` cut to its first `limit` characters (a field name made of a key the client sent …)."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def quote(value: object, limit: int = QUOTE_CHARS) -> str:
+    """`repr` of a value for an error message, cut to its first `limit` characters."""
+    text = value if isinstance(value, str) else str(value)
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text)} characters)"
+
+
 def field_error(field: str, message: str, value: object = None) -> ValidationError:
     """A pydantic ValidationError located at `field`, for model-level checks that concern one field.
 

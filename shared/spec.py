@@ -23,19 +23,28 @@ from pydantic import (
     NonNegativeInt,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from shared.config import Settings
-from shared.errors import InvalidSpec, field_error
+from shared.errors import InvalidSpec, field_error, quote
 from shared.metric_rules import possible_metrics
+from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.tasks import TASKS
 
 DATA_FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 MAX_SEED = 2**32 - 1
-# Hub ids: "name" or "org/name" (huggingface_hub's own rule, minus the length limit).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# Upper bounds no real job comes near; they keep absurd numbers out of the database and the workers.
+MAX_BATCH_SIZE = 65_536
+MAX_STEPS = 1_000_000_000
+MAX_SAMPLES = 1_000_000_000
+MAX_SAVED_CHECKPOINTS = 10_000
+MAX_PATH_CHARS = 1024
+MAX_NAME_CHARS = 256  # module names, tracker names, metric names
+MAX_TARGET_MODULES = 256
+_STEPS_TEXT = re.compile(r"[0-9]{1,10}")
 
 
 class SchedulerType(StrEnum):
@@ -55,6 +64,13 @@ class IntervalStrategy(StrEnum):
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
+# Bounded counts for the spec's integer fields (and for the fields added to it later).
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+StepCount = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+SampleCount = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
+DataPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+# Documented as the enum it is; _known_task also takes "SST-2" and the like.
+TaskName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(TASKS)})]
 
 # --- recipes ----------------------------------------------------------------------------------------
 Recipe = Literal["no_trainer", "trainer"]
@@ -95,22 +111,44 @@ KNOWN_TRACKERS = (
 class JobSpec(BaseModel):
     """A fine-tuning job: run_glue_no_trainer.py's flags, plus LoRA and Trainer options."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=True)
+    # allow_inf_nan=False: every float field is finite (JSON has no Infinity; 1e309 parses as one).
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        use_enum_values=True,
+        allow_inf_nan=False,
+        # The schema says what _coherent requires first: a task, or files of one's own.
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["task_name"], "properties": {"task_name": {"type": "string"}}},
+                {"required": ["train_file"], "properties": {"train_file": {"type": "string"}}},
+            ]
+        },
+    )
 
     # --- model and data -------------------------------------------------------------------------
     model_name_or_path: str = Field(
         min_length=1,
-        max_length=512,
-        description="A Hub id, or a folder under GLUEJOBS_MODELS_DIR",
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="A Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to it; no '.', '..' or "
+        f"empty components; each component at most {NAME_MAX_BYTES} bytes)",
+        # Documents part of check_model_name's rule (which enforces all of it): no control
+        # characters, no surrounding spaces, no trailing slash.
+        json_schema_extra={"pattern": r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s/\x00-\x1f\x7f])?$"},
     )
-    task_name: str | None = Field(
-        default=None, description="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli"
+    task_name: TaskName | None = Field(
+        default=None,
+        description="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli (case and dashes ignored)",
     )
-    train_file: str | None = Field(
-        default=None, description="csv/tsv/json/jsonl/parquet under GLUEJOBS_DATA_DIR"
+    train_file: DataPath | None = Field(
+        default=None,
+        description="csv/tsv/json/jsonl/parquet under GLUEJOBS_DATA_DIR "
+        f"(at most {MAX_PATH_CHARS} characters)",
     )
-    validation_file: str | None = None
-    test_file: str | None = Field(default=None, description="Predictions are written for it after training")
+    validation_file: DataPath | None = None
+    test_file: DataPath | None = Field(
+        default=None, description="Predictions are written for it after training"
+    )
     max_length: int = Field(
         default=128,
         ge=1,
@@ -124,19 +162,21 @@ class JobSpec(BaseModel):
     trust_remote_code: bool = Field(
         default=False, description="Must stay false: remote code is never trusted"
     )
-    max_train_samples: PositiveInt | None = None
-    max_eval_samples: PositiveInt | None = None
+    max_train_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
+    max_eval_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
 
     # --- optimisation ---------------------------------------------------------------------------
-    per_device_train_batch_size: PositiveInt = 8
-    per_device_eval_batch_size: PositiveInt = 8
+    per_device_train_batch_size: BatchSize = Field(default=8, description=f"At most {MAX_BATCH_SIZE:,}")
+    per_device_eval_batch_size: BatchSize = Field(default=8, description=f"At most {MAX_BATCH_SIZE:,}")
     learning_rate: float = Field(default=5e-5, gt=0.0, le=1.0)
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
     num_train_epochs: PositiveInt = Field(default=3, le=10_000)
-    max_train_steps: PositiveInt | None = Field(default=None, description="Overrides num_train_epochs")
-    gradient_accumulation_steps: PositiveInt = 1
+    max_train_steps: StepCount | None = Field(
+        default=None, description=f"Overrides num_train_epochs; at most {MAX_STEPS:,}"
+    )
+    gradient_accumulation_steps: BatchSize = Field(default=1, description=f"At most {MAX_BATCH_SIZE:,}")
     lr_scheduler_type: SchedulerType = SchedulerType.linear
-    num_warmup_steps: int = Field(default=0, ge=0)
+    num_warmup_steps: int = Field(default=0, ge=0, le=MAX_STEPS, description=f"At most {MAX_STEPS:,}")
     warmup_ratio: Fraction = 0.0
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="Drawn at random when absent")
     fp16: bool = False
@@ -147,10 +187,13 @@ class JobSpec(BaseModel):
     # --- LoRA (microsoft/LoRA's run_glue.py options, through PEFT) -------------------------------
     apply_lora: bool = False
     lora_r: PositiveInt = Field(default=8, le=4096)
-    lora_alpha: float = Field(default=16, gt=0)
+    lora_alpha: float = Field(default=16, gt=0, le=1_000_000)
     lora_dropout: Fraction = 0.0
-    lora_target_modules: list[Annotated[str, Field(min_length=1)]] | None = Field(
-        default=None, description="Module names to adapt; the model type's PEFT default when absent"
+    lora_target_modules: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] | None = Field(
+        default=None,
+        max_length=MAX_TARGET_MODULES,
+        description="Module names to adapt; the model type's PEFT default when absent "
+        f"(at most {MAX_TARGET_MODULES} names of at most {MAX_NAME_CHARS} characters)",
     )
     save_merged_model: bool = Field(
         default=False,
@@ -161,13 +204,17 @@ class JobSpec(BaseModel):
     eval_strategy: IntervalStrategy = Field(
         default=IntervalStrategy.epoch, validation_alias=AliasChoices("eval_strategy", "evaluation_strategy")
     )
-    eval_steps: PositiveInt | None = None
+    eval_steps: StepCount | None = Field(default=None, description=f"At most {MAX_STEPS:,}")
     save_strategy: IntervalStrategy = IntervalStrategy.epoch
-    save_steps: PositiveInt | None = None
-    save_total_limit: PositiveInt | None = None
-    logging_steps: PositiveInt = 10
+    save_steps: StepCount | None = Field(default=None, description=f"At most {MAX_STEPS:,}")
+    save_total_limit: int | None = Field(
+        default=None, ge=1, le=MAX_SAVED_CHECKPOINTS, description=f"At most {MAX_SAVED_CHECKPOINTS:,}"
+    )
+    logging_steps: StepCount = Field(default=10, description=f"At most {MAX_STEPS:,}")
     load_best_model_at_end: bool = False
-    metric_for_best_model: str | None = Field(default=None, description="Default: the task's main metric")
+    metric_for_best_model: str | None = Field(
+        default=None, max_length=MAX_NAME_CHARS, description="Default: the task's main metric"
+    )
     num_processes: PositiveInt = Field(default=1, le=64, description="Processes (GPUs) for this job")
 
     # --- the recipe, and Trainer's options under Trainer's names ---------------------------------
@@ -238,12 +285,13 @@ class JobSpec(BaseModel):
             )
         if str(value) == "epoch":
             data["save_strategy"] = "epoch"
-        elif str(value).isdigit() and int(value) > 0:
+        elif _STEPS_TEXT.fullmatch(str(value)) and 0 < int(value) <= MAX_STEPS:
             data["save_strategy"], data["save_steps"] = "steps", int(value)
         else:
             raise field_error(
                 "checkpointing_steps",
-                f"checkpointing_steps must be 'epoch' or a positive number of steps, not {value!r}",
+                f"checkpointing_steps must be 'epoch' or a number of steps from 1 to {MAX_STEPS:,}, "
+                f"not {quote(value)}",
             )
         return data
 
@@ -306,7 +354,7 @@ class JobSpec(BaseModel):
             return value  # the type check names it
         name = value.strip().lower().replace("-", "")
         if name not in TASKS:
-            raise ValueError(f"unknown task {value!r}; expected one of {', '.join(TASKS)}")
+            raise ValueError(f"unknown task {quote(value)}; expected one of {', '.join(TASKS)}")
         return name
 
     @field_validator("train_file", "validation_file", "test_file")
@@ -317,8 +365,19 @@ class JobSpec(BaseModel):
         if not value.strip():
             raise ValueError("must not be empty")
         if not value.lower().endswith(DATA_FILE_SUFFIXES):
-            raise ValueError(f"{value!r} is not a data file; expected one of {', '.join(DATA_FILE_SUFFIXES)}")
+            raise ValueError(
+                f"{quote(value)} is not a data file; expected one of {', '.join(DATA_FILE_SUFFIXES)}"
+            )
+        if any(len(part.encode("utf-8", "replace")) > NAME_MAX_BYTES for part in value.split("/")):
+            raise ValueError(
+                f"a component of the path is longer than {NAME_MAX_BYTES} bytes (a file name's limit)"
+            )
         return value
+
+    @field_validator("model_name_or_path")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        return check_model_name(value)
 
     @field_validator("lora_target_modules", mode="before")
     @classmethod
@@ -351,7 +410,7 @@ class JobSpec(BaseModel):
             if self.metric_for_best_model.removeprefix("eval_") not in allowed:
                 raise field_error(
                     "metric_for_best_model",
-                    f"metric_for_best_model {self.metric_for_best_model!r} is not reported by this "
+                    f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
                     f"job; expected one of {', '.join(allowed)}",
                 )
         if not self.apply_lora and self.save_merged_model:
@@ -468,7 +527,7 @@ def resolve_under(root: Path, value: str, *, field: str) -> Path:
     resolved = Path(os.path.realpath(full))
     if not resolved.is_relative_to(root_resolved):
         where = "is absolute and outside" if candidate.is_absolute() else "leaves"
-        raise InvalidSpec(f"{value!r} {where} the {_root_name(field)} ({root})", field=field)
+        raise InvalidSpec(f"{quote(value)} {where} the {_root_name(field)} ({root})", field=field)
     return resolved
 
 
@@ -480,9 +539,29 @@ def _root_name(field: str) -> str:
     )
 
 
-def is_local_model_reference(value: str) -> bool:
-    """A model reference that can only be a path (not a Hub id)."""
-    return not _HUB_ID.match(value) or value.startswith(".") or "/../" in f"/{value}/"
+def locate_model(name: str, models_dir: Path) -> Path | str:
+    """Where a job's model comes from: a folder under `models_dir` (resolved, absolute) or a Hub id.
+
+    The one rule the API (check_paths) and the workers (worker.modeling.resolve_model) both follow.
+    A name is a folder when it is absolute, when it cannot be a Hub id, or when `models_dir` has an
+    entry of that name; anything else is a Hub id, which a worker reads from the Hub's cache (or
+    downloads into it), never from a folder of that name elsewhere.
+    """
+    field = "model_name_or_path"
+    try:
+        check_model_name(name)
+    except ValueError as exc:
+        raise InvalidSpec(str(exc), field=field) from None
+    root = models_dir.resolve()
+    # os.path.exists answers False (never raises) for names the filesystem cannot take.
+    if Path(name).is_absolute() or not is_hub_id(name) or os.path.exists(root / name):
+        folder = resolve_under(models_dir, name, field=field)
+        if folder == root:
+            raise InvalidSpec(
+                f"{quote(name)} is GLUEJOBS_MODELS_DIR itself, not a model folder in it", field=field
+            )
+        return folder
+    return name
 
 
 def check_paths(spec: JobSpec, settings: Settings) -> JobSpec:
@@ -493,10 +572,12 @@ def check_paths(spec: JobSpec, settings: Settings) -> JobSpec:
         value = getattr(spec, field)
         if value is not None:
             updates[field] = str(resolve_under(settings.data_dir, value, field=field).relative_to(data_root))
-    model = spec.model_name_or_path
-    models_root = settings.models_dir.resolve()
-    local = Path(model).is_absolute() or is_local_model_reference(model) or (models_root / model).exists()
-    if local:
-        resolved = resolve_under(settings.models_dir, model, field="model_name_or_path")
-        updates["model_name_or_path"] = str(resolved.relative_to(models_root))
+    source = locate_model(spec.model_name_or_path, settings.models_dir)
+    if isinstance(source, Path):
+        relative = str(source.relative_to(settings.models_dir.resolve()))
+        try:
+            # What is stored is what a worker will check: the folder's own name must pass too.
+            updates["model_name_or_path"] = check_model_name(relative)
+        except ValueError as exc:
+            raise InvalidSpec(f"the model folder's real path: {exc}", field="model_name_or_path") from None
     return spec.model_copy(update=updates) if updates else spec

@@ -112,3 +112,41 @@ def wait_for(predicate: Any, timeout_s: float = 300, interval_s: float = 0.3) ->
             return value
         time.sleep(interval_s)
     raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+@contextmanager
+def api_process(
+    settings: Settings, *args: str, log: Path | None = None
+) -> Iterator[tuple[httpx.Client, subprocess.Popen[bytes]]]:
+    """The API as `python -m service` (what `gluejobs serve` runs) in a process of its own, with the
+    settings in its environment: a client for it, and the process (to read its memory)."""
+    port = free_port()
+    out = log.open("ab") if log else subprocess.DEVNULL
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port), *args],
+        cwd=REPO,
+        env=child_environment(settings),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+
+            def up() -> bool:
+                if process.poll() is not None:
+                    raise AssertionError(f"the API exited with status {process.returncode}")
+                try:
+                    return client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_for(up, timeout_s=60, interval_s=0.1)
+            yield client, process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

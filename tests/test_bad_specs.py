@@ -144,7 +144,7 @@ BAD_SPECS = [
     pytest.param(
         spec(model_name_or_path="../elsewhere/model"),
         "spec.model_name_or_path",
-        "leaves the models folder",
+        "'..' component",
         id="model-dotdot",
     ),
     pytest.param(

@@ -18,8 +18,8 @@ from transformers import (
 )
 
 from shared.config import Settings
-from shared.errors import JobFailed
-from shared.spec import is_local_model_reference, resolve_under
+from shared.errors import InvalidSpec, JobFailed, quote
+from shared.spec import locate_model
 
 logger = logging.getLogger(__name__)
 
@@ -29,21 +29,51 @@ class ModelError(JobFailed):
 
 
 def resolve_model(name_or_path: str, settings: Settings) -> str:
-    """A folder under GLUEJOBS_MODELS_DIR when there is one, else a Hub id.
+    """The absolute path of the model's folder: under GLUEJOBS_MODELS_DIR, or in the Hub's cache.
 
-    The API checked the path already; a worker checks again, since it must not trust a stored spec.
+    The name goes through the API's own rule again (shared.spec.locate_model), since a worker must
+    not trust a stored spec. transformers is only ever given an absolute path: handed a Hub id, it
+    would first try a folder of that name relative to the worker's working directory.
     """
     try:
-        local = resolve_under(settings.models_dir, name_or_path, field="model_name_or_path")
-    except JobFailed as exc:
+        source = locate_model(name_or_path, settings.models_dir)
+    except InvalidSpec as exc:
         raise ModelError(exc.message) from exc
-    if local.is_dir():
-        return str(local)
-    if Path(name_or_path).is_absolute() or is_local_model_reference(name_or_path):
+    if isinstance(source, Path):
+        if not source.is_dir():
+            raise ModelError(
+                f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR "
+                f"({settings.models_dir})"
+            )
+        return str(source)
+    return _hub_snapshot(source)
+
+
+# What transformers reads from a model repository: configuration, tokenizer, weights. Hub repositories
+# often hold the same weights in several formats (TensorFlow, Flax, ONNX …); only these are fetched.
+_CONFIG_AND_TOKENIZER = ["*.json", "*.txt", "*.model", "*.tiktoken"]
+_SAFETENSORS = ["model.safetensors", "model-*-of-*.safetensors"]
+_PYTORCH_BIN = ["pytorch_model.bin", "pytorch_model-*-of-*.bin"]
+
+
+def _hub_snapshot(repo_id: str) -> str:
+    """The folder of a Hub model in the local Hub cache, downloaded into it when the Hub is reachable.
+
+    huggingface_hub honours HF_HUB_OFFLINE (and HF_HOME / HF_HUB_CACHE): offline, a model that is
+    not in the cache fails here instead of being looked for anywhere else.
+    """
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=_CONFIG_AND_TOKENIZER + _SAFETENSORS))
+        if not any(folder.glob("*.safetensors")):  # older repositories have PyTorch pickles only
+            folder = Path(snapshot_download(repo_id, allow_patterns=_CONFIG_AND_TOKENIZER + _PYTORCH_BIN))
+    except Exception as exc:  # huggingface_hub raises many types: offline, not found, gated, network …
         raise ModelError(
-            f"model folder {name_or_path!r} not found under GLUEJOBS_MODELS_DIR ({settings.models_dir})"
-        )
-    return name_or_path
+            f"model {quote(repo_id)} is neither a folder under GLUEJOBS_MODELS_DIR nor available from the "
+            f"Hugging Face Hub or its local cache: {exc}"
+        ) from exc
+    return str(folder.resolve())
 
 
 def load_tokenizer(model: str, *, use_slow_tokenizer: bool = False) -> PreTrainedTokenizerBase:

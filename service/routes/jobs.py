@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
+from pydantic import WithJsonSchema
 
-from service.deps import JobDep, PrincipalDep, SessionDep, SettingsDep
+from service.deps import After, JobDep, PrincipalDep, SessionDep, SettingsDep
 from service.idempotency import request_hash
 from service.schemas import (
     CheckpointList,
@@ -19,7 +20,7 @@ from service.schemas import (
     Page,
 )
 from shared import jobs_repo
-from shared.errors import InvalidRequest
+from shared.errors import InvalidRequest, quote
 from shared.models import JobStatus
 from shared.spec import check_paths, check_trackers
 
@@ -32,9 +33,11 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     422: {"model": ErrorResponse},
 }
 
+# A status name, documented as the enum it is; parsed by _parse_statuses, which also takes the
+# comma-separated form ("queued,running") and names the field in its error.
+StatusName = Annotated[str, WithJsonSchema({"type": "string", "enum": [s.value for s in JobStatus]})]
 Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
 RowLimit = Annotated[int, Query(ge=1, le=10_000, description="Rows per page")]
-After = Annotated[int | None, Query(ge=0, description="The `next_cursor` of the previous page")]
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
@@ -57,12 +60,21 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
     unknown = [name for name in names if name not in JobStatus.__members__]
     if unknown:
         raise InvalidRequest(
-            f"unknown status {unknown[0]!r}; expected one of {', '.join(JobStatus)}", field="status"
+            f"unknown status {quote(unknown[0])}; expected one of {', '.join(JobStatus)}", field="status"
         )
     return [JobStatus(name) for name in names]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={
+        **_ERRORS,
+        200: {"model": JobPublic, "description": "A repeated Idempotency-Key: the job it created"},
+        409: {"model": ErrorResponse, "description": "The Idempotency-Key was used with another body"},
+    },
+)
 def create_job(
     body: JobCreate,
     session: SessionDep,
@@ -109,8 +121,10 @@ def read_jobs(
     session: SessionDep,
     principal: PrincipalDep,
     status_filter: Annotated[
-        list[str] | None,
-        Query(alias="status", description="Only these statuses (repeat or comma-separate)"),
+        list[StatusName] | None,
+        Query(
+            alias="status", description="Only these statuses (repeat the parameter, or comma-separate them)"
+        ),
     ] = None,
     limit: Limit = 20,
     after: After = None,

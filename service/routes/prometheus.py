@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from service.deps import PrincipalDep
+from service.schemas import ErrorResponse
 
 router = APIRouter(tags=["monitoring"])
 
@@ -14,7 +15,10 @@ router = APIRouter(tags=["monitoring"])
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}},
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"},
+        401: {"model": ErrorResponse, "description": "API keys are configured: a scrape needs one"},
+    },
 )
 def read_prometheus_metrics(request: Request, _principal: PrincipalDep) -> Response:
     """Jobs by status, the queue, claims, job and epoch durations, failures by error code, workers

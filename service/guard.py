@@ -1,0 +1,88 @@
+"""The request guard: what must be refused before a route runs, and before any of the body is read.
+
+A pure ASGI middleware, so it sees each request before Starlette reads a byte of its body:
+
+- a /v1 request without a valid key gets 401 at once, so an anonymous 100 MiB upload costs the API
+  nothing but the headers;
+- a body is capped by the bytes actually received, not by trusting Content-Length: a declared
+  length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
+  uploads have no Content-Length) stops being read and gets 413.
+
+Why not Starlette's RequestBodyLimitMiddleware (FastAPI's `max_body_size`)? It counts received bytes
+too, but when Content-Length is over the limit it replaces whatever response the app sends, the 401
+above included, with a plain-text 413 instead of the API's error body; and as the app-wide limit it
+sits outside every user middleware, so this guard could not answer first. Both early answers here
+close the connection, so the server does not go on reading a body nobody will use.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.auth import KeyRing
+from service.errors import error_response
+from shared.errors import Unauthorized
+
+PROTECTED_PREFIX = "/v1"
+
+
+def too_large_message(max_body_bytes: int) -> str:
+    return f"the request body is larger than {max_body_bytes} bytes"
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int) -> None:
+        self.app = app
+        self.keys = keys
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        path: str = scope["path"]
+        if path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"):
+            try:
+                self.keys.principal(headers.get("authorization"))
+            except Unauthorized as exc:
+                await self._refuse(401, exc.code, exc.message, scope, receive, send)
+                return
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not (declared.isascii() and declared.isdigit()):
+                await self._refuse(400, "bad_request", "Content-Length is not a number", scope, receive, send)
+                return
+            if int(declared) > self.max_body_bytes:
+                message = too_large_message(self.max_body_bytes)
+                await self._refuse(413, "request_too_large", message, scope, receive, send)
+                return
+        await self.app(scope, self._capped(receive), send)
+
+    def _capped(self, receive: Receive) -> Receive:
+        received = 0
+
+        async def capped_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    # An HTTPException: FastAPI's body reader lets it through (any other error would
+                    # become a 400), and the app's handler renders it in the API's error body.
+                    raise HTTPException(
+                        413, too_large_message(self.max_body_bytes), headers={"Connection": "close"}
+                    )
+            return message
+
+        return capped_receive
+
+    @staticmethod
+    async def _refuse(
+        status: int, code: str, message: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        response = error_response(status, code, message)
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
