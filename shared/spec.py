@@ -72,6 +72,11 @@ class JobSpec(BaseModel):
     )
     validation_file: str | None = None
     test_file: str | None = Field(default=None, description="Predictions are written for it after training")
+    do_predict: bool = Field(
+        default=False,
+        description="Predict the task's test split and write GLUE's submission file (<Task>.tsv) into the "
+        "job's folder",
+    )
     max_length: int = Field(
         default=128,
         ge=1,
@@ -223,6 +228,10 @@ class JobSpec(BaseModel):
                     f"metric_for_best_model {self.metric_for_best_model!r} is not reported by this "
                     f"job; expected one of {', '.join(allowed)}",
                 )
+        if self.do_predict and self.task_name is None and self.test_file is None:
+            raise field_error(
+                "do_predict", "do_predict needs a task_name (GLUE's test split) or a test_file to predict"
+            )
         if not self.apply_lora and self.save_merged_model:
             raise field_error("save_merged_model", "save_merged_model needs apply_lora")
         return self
