@@ -64,6 +64,32 @@ TASKS: dict[str, GlueTask] = {
     )
 }
 
+
+@dataclass(frozen=True)
+class GlueSubmission:
+    """What GLUE's site expects from a task: one file per test split, and how predictions are written."""
+
+    # (the Hub's test split name, the file GLUE expects for it)
+    files: tuple[tuple[str, str], ...]
+    # "id": the label id (0/1); "name": the label's name (entailment …); "score": STS-B's 0..5 score.
+    label_format: str
+
+
+GLUE_SUBMISSIONS: dict[str, GlueSubmission] = {
+    "cola": GlueSubmission((("test", "CoLA.tsv"),), "id"),
+    "sst2": GlueSubmission((("test", "SST-2.tsv"),), "id"),
+    "mrpc": GlueSubmission((("test", "MRPC.tsv"),), "id"),
+    "stsb": GlueSubmission((("test", "STS-B.tsv"),), "score"),
+    "qqp": GlueSubmission((("test", "QQP.tsv"),), "id"),
+    "mnli": GlueSubmission((("test_matched", "MNLI-m.tsv"), ("test_mismatched", "MNLI-mm.tsv")), "name"),
+    "qnli": GlueSubmission((("test", "QNLI.tsv"),), "name"),
+    "rte": GlueSubmission((("test", "RTE.tsv"),), "name"),
+    "wnli": GlueSubmission((("test", "WNLI.tsv"),), "id"),
+}
+# GLUE's diagnostic set, predicted by an MNLI model (MNLI's label names), when the data has it.
+DIAGNOSTIC_SUBMISSION_FILE = "AX.tsv"
+SUBMISSION_HEADER = ("index", "prediction")
+
 # What a job on its own files reports: accuracy for labels, Pearson/Spearman for scores.
 FILE_CLASSIFICATION_METRICS = ("accuracy",)
 FILE_REGRESSION_METRICS = ("pearson", "spearmanr", "combined_score")

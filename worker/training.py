@@ -53,6 +53,7 @@ from worker.modeling import (
     parameter_counts,
     resolve_model,
 )
+from worker.submission import write_glue_submission
 
 logger = logging.getLogger(__name__)
 
@@ -287,6 +288,8 @@ def run_training(
             f"{progress.best_value:.4f}) for the final model"
         )
     _save_final_model(accelerator, model, tokenizer, output_dir, spec, report)
+    if spec.do_predict and spec.task_name:  # GLUE's submission file(s) for the task's test split
+        write_glue_submission(accelerator, model, tokenizer, spec, settings, output_dir, report.log)
     if data.test is not None:
         _write_predictions(accelerator, model, data, tokenizer, spec, raw.label_names, output_dir, report)
 
