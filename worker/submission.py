@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import datasets
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
@@ -105,7 +106,7 @@ def _predict(
         max_length=spec.max_length,
         truncation=True,
     )
-    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(split.ids))]
+    rows = datasets.Dataset.from_dict(dict(encoded))
     collate: Callable[..., Any]
     if spec.pad_to_max_length:
         collate = default_data_collator
