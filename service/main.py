@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from service.errors import error_response, install_error_handlers
-from service.routes import health, jobs, submissions
+from service.routes import health, jobs, leaderboard, submissions, sweeps
 from shared.config import Settings, get_settings
 from shared.db import Database
 
@@ -36,6 +36,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
 
     v1 = APIRouter(prefix="/v1")
     v1.include_router(jobs.router)
+    v1.include_router(sweeps.router)
+    v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     app.include_router(v1)
     app.include_router(health.router)

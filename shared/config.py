@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     api_keys: KeyList = Field(default_factory=list, description="Bearer keys, or sha256:<hex> digests")
     admin_keys: KeyList = Field(default_factory=list, description="Keys that see and cancel every job")
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
+    check_data_on_submit: bool = Field(
+        default=True,
+        description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "
+        "off for an API that cannot see GLUEJOBS_DATA_DIR/GLUEJOBS_GLUE_DIR (the dry run still reads them)",
+    )
 
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod

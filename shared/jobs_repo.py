@@ -212,6 +212,13 @@ def list_sweeps(
     return sweeps[:limit], len(sweeps) > limit
 
 
+def get_sweeps(session: Session, *, sweep_ids: Sequence[int]) -> list[Sweep]:
+    if not sweep_ids:
+        return []
+    with read(session):
+        return list(session.scalars(select(Sweep).where(Sweep.id.in_(sweep_ids)).order_by(Sweep.id)))
+
+
 def list_sweep_jobs(session: Session, *, sweep_ids: Sequence[int]) -> list[Job]:
     """The jobs of these sweeps, in the order they were created."""
     if not sweep_ids:

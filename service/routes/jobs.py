@@ -13,14 +13,18 @@ from service.schemas import (
     ErrorResponse,
     EventPublic,
     JobCreate,
+    JobPlan,
     JobPublic,
     MetricPublic,
     Page,
 )
 from shared import jobs_repo
+from shared.data_checks import check_job_data
 from shared.errors import InvalidRequest
 from shared.models import JobStatus
-from shared.spec import check_paths
+from shared.plan import plan_job
+from shared.reproduction import compare_runs
+from shared.spec import JobSpec, check_paths
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -51,16 +55,38 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
     return [JobStatus(name) for name in names]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic | JobPlan,
+    responses={
+        **_ERRORS,
+        200: {"model": JobPlan, "description": "dry_run=true: the plan; nothing is stored"},
+    },
+)
 def create_job(
-    body: JobCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
-) -> JobPublic:
+    body: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    response: Response,
+    dry_run: Annotated[
+        bool, Query(description="Check and plan the job without storing it: 200 with the plan")
+    ] = False,
+) -> JobPublic | JobPlan:
     """Queue a fine-tuning job. The answer holds the resolved spec: defaults filled in, seed recorded.
 
-    A spec that cannot run (unknown task or field, bad values, paths that leave their folders …)
-    is refused with 422 and nothing is stored.
+    A spec that cannot run (unknown task or field, bad values, paths that leave their folders, data
+    files that are missing, lack the task's columns or hold labels that do not fit it …) is refused
+    with 422 naming the field, and nothing is stored. With `dry_run=true` the answer is the plan:
+    data checks, steps, warmup, evaluations, tokenised lengths and padding, a memory estimate.
     """
     spec = check_paths(body.spec, settings).with_seed()
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return JobPlan.model_validate(plan_job(spec, settings))
+    if settings.check_data_on_submit:
+        check_job_data(spec, settings)
     job = jobs_repo.create_job(
         session,
         spec=spec.model_dump(mode="json"),
@@ -95,9 +121,40 @@ def read_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=_ERRORS)
-def read_job(job: JobDep) -> JobPublic:
-    """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics."""
-    return JobPublic.model_validate(job)
+def read_job(job: JobDep, session: SessionDep) -> JobPublic:
+    """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics, its
+    reproducibility record; a rerun also says whether it reproduced the original's metrics."""
+    public = JobPublic.model_validate(job)
+    if job.rerun_of is not None:
+        original = jobs_repo.find_job(session, job_id=job.rerun_of)
+        if original is not None:
+            public.reproduction = compare_runs(original, job)
+    return public
+
+
+@router.post(
+    "/{job_id}/rerun", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS
+)
+def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPublic:
+    """Queue the job's exact spec again (same seed), to check that its result can be repeated.
+
+    Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The data is
+    checked again (a file may have gone or changed since: the reproducibility records show which).
+    """
+    spec = check_paths(JobSpec.model_validate(job.spec), settings)
+    if settings.check_data_on_submit:
+        check_job_data(spec, settings)
+    metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}
+    rerun = jobs_repo.create_job(
+        session,
+        spec=dict(job.spec),  # the stored spec itself: the rerun must not differ by a default
+        priority=job.priority,
+        metadata={**metadata, "rerun_of": str(job.id)},
+        max_attempts=job.max_attempts,
+        owner=job.owner,
+        rerun_of=job.id,
+    )
+    return JobPublic.model_validate(rerun)
 
 
 @router.post(
