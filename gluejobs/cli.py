@@ -16,13 +16,14 @@ from typing import Any
 
 import httpx
 
+from gluejobs import research_cli
 from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 POLL_INTERVAL_S = 2.0
 TERMINAL = ("succeeded", "failed", "cancelled")
 # Commands that hand the rest of the command line to another parser.
-FORWARDING_COMMANDS = ("serve", "worker", "submit")
+FORWARDING_COMMANDS = ("serve", "worker", "submit", "sweep")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         "watch": _watch,
         "demo": _demo,
         "migrate": _migrate,
+        "sweep": research_cli.run_sweep,
+        "glue-zip": research_cli.run_glue_zip,
     }[args.command]
     try:
         return int(handler(args, extra) or 0)
@@ -73,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--max-attempts", type=int, default=3)
     submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the API's plan (data checks, steps, memory); store nothing",
+    )
 
     watch = commands.add_parser(
         "watch", help="print a job's status and metrics as they arrive, until it ends"
@@ -87,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--stop", action="store_true", help="stop the API and worker a demo left running")
 
     commands.add_parser("migrate", help="bring the database schema up to date")
+    research_cli.add_commands(commands, _client_options)
     return parser
 
 
@@ -158,6 +167,13 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     metadata = dict(item.split("=", 1) for item in args.metadata if "=" in item)
     body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts, "metadata": metadata}
     with _client(args) as client:
+        if args.dry_run:
+            try:
+                plan = _check(client.post("/v1/jobs", params={"dry_run": "true"}, json=body))
+            except httpx.HTTPError as exc:
+                raise CliError(f"cannot reach the API at {args.url}: {exc}") from exc
+            print("\n".join(research_cli.plan_lines(plan)))
+            return 0
         try:
             job = _check(client.post("/v1/jobs", json=body))
         except httpx.HTTPError as exc:

@@ -17,6 +17,7 @@ import logging
 import os
 import platform
 import subprocess
+import time
 import uuid
 from datetime import UTC, datetime
 from importlib import metadata
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "tokenizers", "numpy", "gluejobs")
 GIT_TIMEOUT_S = 5.0
+# git's "racily clean" rule: a file modified this recently may change again within the same mtime
+# tick, so its digest is not cached (the next attempt hashes it again).
+RECENT_MTIME_S = 2.0
 HUB_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -190,6 +194,8 @@ def sha256_of(path: Path, cache_dir: Path) -> str:
         pass
     with resolved.open("rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
+    if time.time() - stat.st_mtime < RECENT_MTIME_S:
+        return digest
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial = entry.with_name(f".{key}.{uuid.uuid4().hex}")
