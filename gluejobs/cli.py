@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -35,16 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.INFO if args.command in ("serve", "worker", "migrate") else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    handler = {
+    handlers: dict[str, Callable[[argparse.Namespace, list[str]], int | None]] = {
         "serve": _serve,
         "worker": _worker,
         "submit": _submit,
         "watch": _watch,
         "demo": _demo,
         "migrate": _migrate,
-        "sweep": research_cli.run_sweep,
-        "glue-zip": research_cli.run_glue_zip,
-    }[args.command]
+        "sweep": partial(research_cli.run_sweep, http=_http()),
+        "glue-zip": partial(research_cli.run_glue_zip, http=_http()),
+    }
+    handler = handlers[args.command]
     try:
         return int(handler(args, extra) or 0)
     except (CliError, ScriptArgsError) as exc:
@@ -54,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
 
 class CliError(Exception):
     """A problem the user can fix; printed without a traceback."""
+
+
+def _http() -> research_cli.Http:
+    return research_cli.Http(client=_client, check=_check, error=CliError)
 
 
 def _parser() -> argparse.ArgumentParser:

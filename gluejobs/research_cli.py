@@ -12,13 +12,22 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
 
 AddClientOptions = Callable[[argparse.ArgumentParser], None]
+
+
+class Http(NamedTuple):
+    """The CLI's HTTP helpers, handed in by gluejobs.cli (importing that module from here would load a
+    second copy of it under `python -m gluejobs.cli`, whose error class its main() would not catch)."""
+
+    client: Callable[[argparse.Namespace], httpx.Client]
+    check: Callable[[httpx.Response], dict[str, Any]]
+    error: type[Exception]
 
 
 def add_commands(commands: Any, client_options: AddClientOptions) -> None:
@@ -72,9 +81,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def run_sweep(args: argparse.Namespace, extra: list[str]) -> int:
-    from gluejobs import cli
-
+def run_sweep(args: argparse.Namespace, extra: list[str], http: Http) -> int:
     notes: list[str] = []
     spec = script_flags_to_spec(extra, notes=notes)
     for note in notes:
@@ -87,23 +94,21 @@ def run_sweep(args: argparse.Namespace, extra: list[str]) -> int:
         "max_attempts": args.max_attempts,
         "metadata": dict(item.split("=", 1) for item in args.metadata if "=" in item),
     }
-    with cli._client(args) as client:
-        sweep = cli._check(_call(args, lambda: client.post("/v1/sweeps", json=body)))
+    with http.client(args) as client:
+        sweep = http.check(_call(args, http, lambda: client.post("/v1/sweeps", json=body)))
     ids = sweep["job_ids"]
     print(f"sweep {sweep['id']} queued: {len(ids)} jobs ({', '.join(map(str, ids))}), seeds {sweep['seeds']}")
     return 0
 
 
-def run_glue_zip(args: argparse.Namespace, _extra: list[str]) -> int:
-    from gluejobs import cli
-
+def run_glue_zip(args: argparse.Namespace, _extra: list[str], http: Http) -> int:
     params: dict[str, Any] = {"jobs": ",".join(map(str, args.job_ids))}
     if args.allow_partial:
         params["allow_partial"] = "true"
-    with cli._client(args) as client:
-        response = _call(args, lambda: client.get("/v1/submissions", params=params))
+    with http.client(args) as client:
+        response = _call(args, http, lambda: client.get("/v1/submissions", params=params))
         if not response.is_success:
-            cli._check(response)
+            http.check(response)
     Path(args.output).write_bytes(response.content)
     print(
         f"wrote {args.output} ({len(response.content)} bytes) from jobs {', '.join(map(str, args.job_ids))}"
@@ -111,13 +116,11 @@ def run_glue_zip(args: argparse.Namespace, _extra: list[str]) -> int:
     return 0
 
 
-def _call(args: argparse.Namespace, request: Callable[[], httpx.Response]) -> httpx.Response:
-    from gluejobs import cli
-
+def _call(args: argparse.Namespace, http: Http, request: Callable[[], httpx.Response]) -> httpx.Response:
     try:
         return request()
     except httpx.HTTPError as exc:
-        raise cli.CliError(f"cannot reach the API at {args.url}: {exc}") from exc
+        raise http.error(f"cannot reach the API at {args.url}: {exc}") from exc
 
 
 # ---------------------------------------------------------------------------------------------------
