@@ -23,6 +23,7 @@ import numpy as np
 
 from shared.config import Settings
 from shared.data_files import (
+    GLUE_LAYOUTS,
     DataError,
     JobData,
     PredictSplit,
@@ -97,6 +98,10 @@ def read_and_check(spec: JobSpec, settings: Settings) -> tuple[JobData, DataRepo
     except DataError as exc:
         raise as_invalid_spec(exc) from exc
     report = _report(data, predict)
+    if spec.do_predict and spec.task_name and settings.glue_dir is None:
+        report.unread.extend(
+            f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
+        )
     _cache.put(key, report)
     return data, report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
+from pydantic import ValidationError
 
 from service.deps import JobDep, PrincipalDep, SessionDep, SettingsDep
 from service.schemas import (
@@ -20,7 +21,7 @@ from service.schemas import (
 )
 from shared import jobs_repo
 from shared.data_checks import check_job_data
-from shared.errors import InvalidRequest
+from shared.errors import Conflict, InvalidRequest
 from shared.models import JobStatus
 from shared.plan import plan_job
 from shared.reproduction import compare_runs
@@ -141,7 +142,10 @@ def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPub
     Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The data is
     checked again (a file may have gone or changed since: the reproducibility records show which).
     """
-    spec = check_paths(JobSpec.model_validate(job.spec), settings)
+    try:
+        spec = check_paths(JobSpec.model_validate(job.spec), settings)
+    except ValidationError as exc:  # a spec stored by an older version that this one refuses
+        raise Conflict(f"job {job.id}'s spec is no longer accepted: {exc.errors()[0]['msg']}") from exc
     if settings.check_data_on_submit:
         check_job_data(spec, settings)
     metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}

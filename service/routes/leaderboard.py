@@ -13,7 +13,7 @@ from shared import jobs_repo
 from shared.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
 from shared.errors import InvalidRequest
 from shared.leaderboard import build_leaderboard, is_ranked_job
-from shared.models import Job, JobStatus
+from shared.models import Job, JobMetric, JobStatus
 from shared.spec import JobSpec
 from shared.sweep_stats import sweep_results
 from shared.tasks import TASKS
@@ -46,14 +46,13 @@ def read_leaderboard(
     rows = jobs_repo.list_eval_metrics(
         session, job_ids=[j.id for jobs in members.values() for j in jobs if j.status == JobStatus.succeeded]
     )
+    sweep_of = {job.id: sweep_id for sweep_id, jobs in members.items() for job in jobs}
+    rows_by_sweep: dict[int, list[JobMetric]] = {}
+    for row in rows:
+        rows_by_sweep.setdefault(sweep_of[row.job_id], []).append(row)
     sweeps = [
-        (
-            sweep,
-            members[sweep.id],
-            sweep_results(sweep, members[sweep.id], [r for r in rows if r.job_id in ids]),
-        )
+        (sweep, members[sweep.id], sweep_results(sweep, members[sweep.id], rows_by_sweep.get(sweep.id, [])))
         for sweep in jobs_repo.get_sweeps(session, sweep_ids=sweep_ids)
-        if (ids := {j.id for j in members[sweep.id]})
     ]
 
     def baseline_of(spec: dict[str, Any]) -> Baseline | None:
