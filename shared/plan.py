@@ -137,7 +137,10 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
             "status": "unknown",
             "reason": "the training rows come from the Hub, which the API does not read",
         }
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises its own exception types for a bad file
+        return {"status": "unknown", "reason": f"the model folder's tokenizer.json could not be read: {exc}"}
     tokenizer.no_padding()
     tokenizer.no_truncation()  # truncation is applied below, so truncated rows can be counted
     result: dict[str, Any] = {
@@ -314,9 +317,11 @@ def _dimensions(config: dict[str, Any]) -> tuple[int, int, int, int] | None:
 
 
 def _bert_style_parameters(config: dict[str, Any], hidden: int, layers: int, intermediate: int) -> int:
-    vocab = int(config.get("vocab_size") or 0)
-    positions = int(config.get("max_position_embeddings") or 0)
-    types = int(config.get("type_vocab_size") or 0)
+    def size(name: str) -> int:
+        value = config.get(name)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    vocab, positions, types = size("vocab_size"), size("max_position_embeddings"), size("type_vocab_size")
     embeddings = (vocab + positions + types) * hidden + 2 * hidden
     attention = 4 * hidden * hidden + 4 * hidden
     feed_forward = 2 * hidden * intermediate + intermediate + hidden

@@ -100,6 +100,38 @@ def test_the_plan_reports_the_data_tokens_and_memory(client: TestClient, db: Dat
     assert count_rows(db, Job) == 0
 
 
+def test_what_the_api_cannot_read_is_said_unknown(settings: Settings, db: Database, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    broken = models / "broken"
+    broken.mkdir(parents=True)
+    (broken / "tokenizer.json").write_text("{not json")
+    (broken / "config.json").write_text('{"hidden_size": "wide", "vocab_size": "many"}')
+    no_glue_copy = TestClient(
+        create_app(settings.model_copy(update={"models_dir": models, "glue_dir": None}), db)
+    )
+    with_glue_copy = TestClient(create_app(settings.model_copy(update={"models_dir": models}), db))
+
+    from_hub = dry_run(no_glue_copy, {**MRPC, "model_name_or_path": "bert-base-uncased"})
+    local = dry_run(with_glue_copy, {**MRPC, "model_name_or_path": "broken"})
+
+    assert from_hub["data"]["unread"] == [
+        "train: the Hub's nyu-mll/glue mrpc 'train' split",
+        "eval: the Hub's nyu-mll/glue mrpc 'validation' split",
+    ]
+    assert from_hub["schedule"]["status"] == "unknown"
+    assert from_hub["tokens"] == {
+        "status": "unknown",
+        "reason": "'bert-base-uncased' is a Hub id: the API does not fetch it",
+    }
+    assert from_hub["memory"]["status"] == "unknown"
+    assert (
+        local["tokens"]["status"] == "unknown"
+        and "tokenizer.json could not be read" in local["tokens"]["reason"]
+    )
+    assert local["memory"]["status"] == "unknown"
+    assert count_rows(db, Job) == 0
+
+
 @pytest.fixture
 def files(settings: Settings) -> Path:
     data = settings.data_dir
