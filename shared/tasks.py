@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class GlueSubmission:
     # (the Hub's test split name, the file GLUE expects for it)
     files: tuple[tuple[str, str], ...]
     # "id": the label id (0/1); "name": the label's name (entailment …); "score": STS-B's 0..5 score.
-    label_format: str
+    label_format: Literal["id", "name", "score"]
 
 
 GLUE_SUBMISSIONS: dict[str, GlueSubmission] = {

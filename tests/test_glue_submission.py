@@ -26,10 +26,11 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from service.main import create_app
 from shared import jobs_repo
 from shared.config import Settings
+from shared.data_files import GLUE_LAYOUTS
 from shared.db import Database
 from shared.models import JobStatus
 from shared.spec import JobSpec
-from shared.tasks import TASKS
+from shared.tasks import GLUE_SUBMISSIONS, TASKS
 from worker.training import run_training
 
 TEST_ROWS = 20
@@ -290,6 +291,13 @@ TEST_SOURCES = {
     "MNLI-mm.tsv": "MNLI/test_mismatched.tsv",
     "AX.tsv": "diagnostic/diagnostic.tsv",
 }
+
+
+def test_the_submission_table_and_the_glue_layouts_name_the_same_test_splits() -> None:
+    assert set(GLUE_SUBMISSIONS) == set(GLUE_LAYOUTS) == set(TASKS) == set(FILES)
+    for task, submission in GLUE_SUBMISSIONS.items():
+        assert [split for split, _ in submission.files] == list(GLUE_LAYOUTS[task].test_splits)
+        assert [name for _, name in submission.files] == [n for n in FILES[task] if n != "AX.tsv"]
 
 
 @pytest.mark.parametrize("task", list(FILES))

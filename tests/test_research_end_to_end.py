@@ -1,7 +1,7 @@
-"""The research workflow end to end: real HTTP, the real CLI, a real worker process, real MRPC rows.
+"""The research workflow end to end: real HTTP, the real CLI, real worker processes, real MRPC rows.
 
 A 3-seed × 2-learning-rate sweep of the tiny model with do_predict (submitted with `gluejobs
-sweep`) and a rerun of one of its jobs run through one worker. Then: the sweep's medians and
+sweep`) and a rerun of one of its jobs run through two workers. Then: the sweep's medians and
 spreads equal those computed by hand from the jobs' metric rows; the dry-run plan matches what the
 runs did; the rerun reproduced its original exactly; the reproducibility record holds real
 versions and hashes; the leaderboard shows the sweep next to the majority-class baseline computed
@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import pandas as pd
 import pytest
 
 from shared.config import Settings
-from tests.e2e import REPO, all_metrics, get, live_api, run_worker_until_idle
+from tests.e2e import REPO, all_metrics, get, live_api, start_worker
 
 BASE = {
     "model_name_or_path": "tiny-bert",
@@ -118,7 +120,7 @@ def test_sweep_rerun_leaderboard_and_submission_through_a_worker(
         assert rerun.json()["rerun_of"] == jobs[0]["id"] and rerun.json()["spec"] == jobs[0]["spec"]
         assert len(get(client, "/v1/jobs", limit=100)["data"]) == 7  # the dry runs stored nothing
 
-        run_worker_until_idle(research_settings, tmp_path / "worker.log")
+        run_two_workers_until_idle(research_settings, tmp_path)
 
         jobs = [get(client, f"/v1/jobs/{i}") for i in sweep["job_ids"]]
         assert [j["status"] for j in jobs] == ["succeeded"] * 6, [j["error"] for j in jobs]
@@ -130,6 +132,18 @@ def test_sweep_rerun_leaderboard_and_submission_through_a_worker(
         check_submission(client, jobs[-1], tmp_path)
 
         assert client.post(f"/v1/sweeps/{sweep_id}/cancel").status_code == 409  # nothing left to cancel
+
+
+def run_two_workers_until_idle(settings: Settings, tmp_path: Path) -> None:
+    """Two workers drain the queue side by side (the sweep's jobs are independent)."""
+    workers = [start_worker(settings, "--exit-when-idle", log=tmp_path / f"worker-{i}.log") for i in range(2)]
+    try:
+        for i, worker in enumerate(workers):
+            assert worker.wait(600) == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:  # only when the test has already failed (a timeout)
+                os.killpg(worker.pid, signal.SIGKILL)
 
 
 def by_hand(client: Any, job: dict[str, Any]) -> dict[str, dict[str, float]]:
