@@ -28,6 +28,9 @@ def compare_runs(original: Job, rerun: Job) -> dict[str, Any]:
         reason = f"the original {original.status}, the rerun {rerun.status}: only succeeded runs are compared"
         return {**base, "status": "not_comparable", "match": None, "reason": reason}
     first, second = _evaluations(original), _evaluations(rerun)
+    if not first and not second:
+        reason = "neither run evaluated (eval_strategy 'no'): there are no metrics to compare"
+        return {**base, "status": "not_comparable", "match": None, "reason": reason}
     differences: list[dict[str, Any]] = []
     largest = 0.0
     for key in sorted(set(first) | set(second)):
@@ -45,8 +48,8 @@ def compare_runs(original: Job, rerun: Job) -> dict[str, Any]:
     within = not missing and largest <= ABSOLUTE_TOLERANCE
     return {
         **base,
-        "status": "matched" if within and first else "differs",
-        "match": ("exact" if not differences else "within_tolerance") if within and first else None,
+        "status": "matched" if within else "differs",
+        "match": ("exact" if not differences else "within_tolerance") if within else None,
         "compared": len(set(first) | set(second)),
         "max_abs_difference": largest,
         "differences": differences,

@@ -364,13 +364,14 @@ def test_a_rerun_says_whether_it_reproduced_the_original(client: TestClient, db:
             session, job_id=original, environment={"packages": {"torch": "2.13.0"}, "python": "3.11.9"}
         )
 
-    reruns = [client.post(f"/v1/jobs/{original}/rerun") for _ in range(3)]
+    reruns = [client.post(f"/v1/jobs/{original}/rerun") for _ in range(4)]
     assert all(r.status_code == 201 for r in reruns)
-    exact, close, off = (r.json()["id"] for r in reruns)
+    exact, close, off, broken = (r.json()["id"] for r in reruns)
     pending = client.get(f"/v1/jobs/{exact}").json()
     run_job(db, exact, evals)
     run_job(db, close, [{"accuracy": 0.75, "loss": 0.5 + 4e-7}, {"accuracy": 0.70, "loss": 0.45}])
     run_job(db, off, [{"accuracy": 0.75, "loss": 0.5}, {"accuracy": 0.72, "loss": 0.45}])
+    run_job(db, broken, [{"accuracy": 0.75, "loss": 0.5}], status=JobStatus.failed)
     with db.session() as session:
         jobs_repo.set_environment(
             session, job_id=off, environment={"packages": {"torch": "2.12.0"}, "python": "3.11.9"}
@@ -401,4 +402,6 @@ def test_a_rerun_says_whether_it_reproduced_the_original(client: TestClient, db:
         }
     ]
     assert differs["environment_differences"] == ["torch: 2.13.0 → 2.12.0"]
+    failed = client.get(f"/v1/jobs/{broken}").json()["reproduction"]
+    assert failed["status"] == "not_comparable" and "the rerun failed" in failed["reason"]
     assert client.post("/v1/jobs/999/rerun").status_code == 404
