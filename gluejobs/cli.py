@@ -20,10 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gluejobs import research_cli
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, Metric
 
 # Commands that hand the rest of the command line to another parser.
-FORWARDING_COMMANDS = ("serve", "worker", "submit")
+FORWARDING_COMMANDS = ("serve", "worker", "submit", "sweep")
 STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
 
 
@@ -130,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
         commands, "watch", help="a progress bar over the job's optimizer steps, and a line per evaluation"
     )
     watch.add_argument("job_id", type=int)
+
+    research_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -209,8 +212,38 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
         raise CliError(str(exc)) from exc
     if args.dry_run:
         print(json.dumps(spec, indent=2))
-        return 0
+        return _print_plan(args, spec)
     return _create(args, spec, _metadata(args.metadata))
+
+
+def _print_plan(args: argparse.Namespace, spec: dict[str, Any]) -> int:
+    """The API's dry run (data checks, steps, tokens, memory), when an API answers; nothing is stored."""
+    body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts}
+    try:
+        with Client(args.url, api_key=args.api_key or "", retries=0) as client:
+            plan = client.request("POST", "/v1/jobs", params={"dry_run": "true"}, json=body)
+    except ApiError as exc:
+        if exc.code != "unreachable":
+            raise
+        print(f"note: no plan (data checks, steps, memory): {exc}", file=sys.stderr)
+        return 0
+    print("\n".join(research_cli.plan_lines(plan)))
+    return 0
+
+
+def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
+    from gluejobs.script_args import ScriptArgsError
+
+    try:
+        with _client(args) as client:
+            return research_cli.run_sweep(args, extra, client)
+    except ScriptArgsError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
+    with _client(args) as client:
+        return research_cli.run_glue_zip(args, extra, client)
 
 
 def _resubmit(args: argparse.Namespace, _extra: list[str]) -> int:
@@ -489,6 +522,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "download": _download,
     "resubmit": _resubmit,
     "watch": _watch,
+    "sweep": _sweep,
+    "glue-zip": _glue_zip,
 }
 
 

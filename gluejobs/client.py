@@ -392,6 +392,10 @@ class Client:
         call = _Call(method.upper(), path, dict(params or {}), json, retry=method.upper() == "GET")
         return self._json(call)
 
+    def fetch(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
+        """A GET endpoint's raw bytes (GLUE's submission zip …), retried, with the same errors."""
+        return self._send(_Call("GET", path, dict(params or {}))).content
+
 
 class Jobs:
     def __init__(self, client: Client) -> None:
@@ -626,6 +630,9 @@ class AsyncClient:
     ) -> Any:
         call = _Call(method.upper(), path, dict(params or {}), json, retry=method.upper() == "GET")
         return await self._json(call)
+
+    async def fetch(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
+        return (await self._send(_Call("GET", path, dict(params or {})))).content
 
 
 class AsyncJobs:

@@ -14,7 +14,7 @@ from service.auth import KeyRing, Principal
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
-from shared.models import Job
+from shared.models import Job, Sweep
 
 
 def get_settings(request: Request) -> Settings:
@@ -78,3 +78,15 @@ def get_job(
 
 
 JobDep = Annotated[Job, Depends(get_job)]
+
+
+def get_sweep(
+    sweep_id: Annotated[int, Path(ge=1, description="The sweep's id")],
+    session: SessionDep,
+    principal: PrincipalDep,
+) -> Sweep:
+    """The sweep, or a 404 (also for another key's sweep)."""
+    return jobs_repo.get_sweep(session, sweep_id=sweep_id, owner=principal.owner_filter)
+
+
+SweepDep = Annotated[Sweep, Depends(get_sweep)]

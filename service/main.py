@@ -10,7 +10,17 @@ from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
 from service.prometheus import registry_for
-from service.routes import artifacts, dashboard, health, jobs, prometheus, stream
+from service.routes import (
+    artifacts,
+    dashboard,
+    health,
+    jobs,
+    leaderboard,
+    prometheus,
+    stream,
+    submissions,
+    sweeps,
+)
 from shared.config import Settings, get_settings
 from shared.db import Database
 
@@ -34,6 +44,9 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     v1.include_router(jobs.router)
     v1.include_router(stream.router)
     v1.include_router(artifacts.router)
+    v1.include_router(sweeps.router)
+    v1.include_router(leaderboard.router)
+    v1.include_router(submissions.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s)

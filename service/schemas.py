@@ -8,7 +8,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.models import JobStatus
-from shared.spec import JobSpec
+from shared.spec import MAX_SEED, JobSpec
 from shared.tasks import EVAL_SPLIT, TASKS
 
 T = TypeVar("T")
@@ -66,6 +66,20 @@ class JobPublic(BaseModel):
     latest_metrics: dict[str, Any] = Field(description="Per split, the newest value of each metric")
     best_metrics: dict[str, Any] | None = Field(description="The best evaluation by metric_for_best_model")
     result: dict[str, Any] | None = Field(description="Parameter counts, throughput, peak memory …")
+    sweep_id: int | None = Field(default=None, description="The sweep this job is one combination of")
+    rerun_of: int | None = Field(
+        default=None, description="The job this one repeats (POST /v1/jobs/{id}/rerun)"
+    )
+    environment: dict[str, Any] | None = Field(
+        default=None,
+        description="Reproducibility record of the latest attempt: versions, device, sha256 of data and "
+        "weights, the resolved spec",
+    )
+    reproduction: dict[str, Any] | None = Field(
+        default=None,
+        description="A rerun, in GET /v1/jobs/{id}: whether its metrics matched the original's (exact, or "
+        "within the stated tolerance) and what differs in the two records",
+    )
 
     @computed_field(description="The task's main metric: its newest evaluation and its best")  # type: ignore[prop-decorator]
     @property
@@ -152,3 +166,133 @@ class ArtifactPublic(BaseModel):
 
 class ArtifactList(BaseModel):
     data: list[ArtifactPublic]
+
+
+class JobPlan(BaseModel):
+    """POST /v1/jobs?dry_run=true: what the job would do, found without a GPU; nothing is stored."""
+
+    dry_run: bool = True
+    spec: dict[str, Any] = Field(description="The resolved spec, as it would be stored")
+    data: dict[str, Any] = Field(description="Per split: source, rows, rows used, counts per label")
+    schedule: dict[str, Any] = Field(description="Steps per epoch, optimizer steps, warmup, evaluations")
+    tokens: dict[str, Any] = Field(description="Longest and mean tokenised lengths; padding per scheme")
+    memory: dict[str, Any] = Field(description="Estimated worker memory for the model, batch and precision")
+    warnings: list[str]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sweeps
+# ---------------------------------------------------------------------------------------------------
+
+
+class SweepCreate(BaseModel):
+    """One job per combination of `seeds` and `grid` values, each put into `spec`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: dict[str, Any] = Field(description="A job spec as in POST /v1/jobs, without the swept fields")
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default_factory=list, description="One job per seed and configuration, e.g. [0, 1, 2, 3, 4]"
+    )
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description='Spec fields and their values, e.g. {"learning_rate": [1e-4, 5e-4]}'
+    )
+    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first")
+    metadata: dict[MetadataKey, MetadataValue] = Field(
+        default_factory=dict, max_length=MAX_METADATA_KEYS, description="Copied to every job of the sweep"
+    )
+    max_attempts: int = Field(default=3, ge=1, le=20)
+
+
+class MetricSummary(BaseModel):
+    median: float
+    mean: float
+    std: float | None = Field(description="Sample standard deviation (n−1); null for a single seed")
+    min: float
+    max: float
+    n: int = Field(description="Seeds with this metric")
+
+
+class SweepConfiguration(BaseModel):
+    configuration: dict[str, Any] = Field(description="The grid values of these jobs")
+    job_ids: list[int]
+    seeds: list[int | None]
+    job_counts: dict[str, int]
+    seeds_evaluated: int = Field(description="Succeeded jobs with an evaluation: the statistics' seeds")
+    best: dict[str, dict[str, MetricSummary]] = Field(
+        description="At each job's best evaluation: {split: {metric: summary over seeds}}"
+    )
+    final: dict[str, dict[str, MetricSummary]] = Field(description="At each job's final evaluation")
+
+
+class SweepWinner(BaseModel):
+    configuration: dict[str, Any]
+    metric: str
+    median: float
+    std: float | None
+    seeds_evaluated: int
+    job_ids: list[int]
+
+
+class SweepPublic(BaseModel):
+    id: int
+    status: str = Field(description="queued, running, succeeded, failed or cancelled; derived from its jobs")
+    spec: dict[str, Any]
+    seeds: list[int]
+    grid: dict[str, list[Any]]
+    metadata: dict[str, Any]
+    created_at: datetime
+    cancel_requested_at: datetime | None
+    job_ids: list[int]
+    job_counts: dict[str, int]
+    main_metric: str = Field(description="The metric the configurations are ranked by")
+    configurations: list[SweepConfiguration] | None = Field(
+        default=None, description="GET /v1/sweeps/{id}: statistics over seeds per configuration"
+    )
+    winner: SweepWinner | None = Field(
+        default=None, description="Best median of main_metric (best evaluation)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Leaderboard
+# ---------------------------------------------------------------------------------------------------
+
+
+class BaselinePublic(BaseModel):
+    metric: str
+    value: float = Field(description="main metric of always predicting the majority class")
+    majority_label: str | None
+    share: float | None = Field(description="The majority class's share of the rows")
+    rows: int
+    where: str
+
+
+class LeaderboardEntry(BaseModel):
+    rank: int
+    kind: str = Field(description="job or sweep")
+    id: int
+    value: float = Field(description="main metric at the best evaluation (a sweep: median over seeds)")
+    final_value: float | None = Field(description="main metric at the final evaluation (a sweep: median)")
+    std: float | None = Field(description="a sweep: standard deviation over seeds")
+    seeds: int
+    model: str
+    recipe: str
+    hyperparameters: dict[str, Any]
+    trainable_params: int | None
+    configuration: dict[str, Any] | None = Field(description="a sweep: its winning grid values")
+    job_ids: list[int]
+    baseline: BaselinePublic | None = Field(description="majority class on the rows this entry evaluated on")
+    near_chance: bool | None = Field(description="Less than one point above its majority-class baseline")
+
+
+class TaskLeaderboard(BaseModel):
+    task: str
+    metric: str
+    baseline: BaselinePublic | None = Field(description="majority class on the task's whole dev set")
+    entries: list[LeaderboardEntry]
+
+
+class Leaderboard(BaseModel):
+    data: list[TaskLeaderboard]
+    near_chance_margin: float = Field(description="In the metric's units: 0.01 is one GLUE point")

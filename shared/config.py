@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     def _parse_trackers(cls, value: object) -> object:
         return _split_keys(value.lower() if isinstance(value, str) else value)
 
+    check_data_on_submit: bool = Field(
+        default=True,
+        description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "
+        "off for an API that cannot see GLUEJOBS_DATA_DIR/GLUEJOBS_GLUE_DIR (the dry run still reads them)",
+    )
+
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod
     def _parse_keys(cls, value: object) -> object:

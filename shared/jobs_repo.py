@@ -40,10 +40,11 @@ from shared.models import (
     JobMetric,
     JobStatus,
     Json,
+    Sweep,
     Worker,
     utcnow,
 )
-from shared.tasks import EVAL_SPLIT, greater_is_better
+from shared.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT, greater_is_better
 
 STATE = "state"
 LOG = "log"
@@ -67,6 +68,7 @@ def create_job(
     metadata: dict[str, Any] | None = None,
     max_attempts: int = 3,
     owner: str | None = None,
+    rerun_of: int | None = None,
 ) -> Job:
     with write(session):
         job = _add_job(
@@ -76,6 +78,7 @@ def create_job(
             metadata=metadata or {},
             max_attempts=max_attempts,
             owner=owner,
+            rerun_of=rerun_of,
         )
     return job
 
@@ -88,6 +91,8 @@ def _add_job(
     metadata: dict[str, Any],
     max_attempts: int,
     owner: str | None,
+    sweep_id: int | None = None,
+    rerun_of: int | None = None,
 ) -> Job:
     """A queued job and its first event, inside the caller's write transaction."""
     job = Job(
@@ -99,10 +104,13 @@ def _add_job(
         status=JobStatus.queued,
         num_processes=int(spec.get("num_processes") or 1),
         latest_metrics={},
+        sweep_id=sweep_id,
+        rerun_of=rerun_of,
     )
     session.add(job)
     session.flush()
-    _event(session, job.id, STATE, "job queued", data={"status": JobStatus.queued})
+    message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
+    _event(session, job.id, STATE, message, data={"status": JobStatus.queued})
     return job
 
 
@@ -214,21 +222,171 @@ def list_jobs(
 
 def request_cancel(session: Session, *, job_id: int, owner: str | None = None) -> Job:
     """Queued jobs are cancelled at once; running ones become `cancelling` until their worker stops them."""
-    now = utcnow()
     with write(session):
         job = session.get(Job, job_id, with_for_update=True)
         if job is None or (owner is not None and job.owner != owner):
             raise NotFound(f"job {job_id} not found")
         if job.status.is_terminal:
             raise Conflict(f"job {job_id} has already finished ({job.status})")
-        if job.status == JobStatus.queued:
-            job.status, job.finished_at = JobStatus.cancelled, now
-            _event(session, job.id, STATE, "job cancelled before it started", data={"status": job.status})
-        elif job.status == JobStatus.running:
-            job.status = JobStatus.cancelling
-            _event(session, job.id, STATE, "cancellation requested", data={"status": job.status})
-        job.cancel_requested_at = job.cancel_requested_at or now
+        _cancel(session, job, utcnow())
     return job
+
+
+def _cancel(session: Session, job: Job, now: datetime) -> None:
+    if job.status == JobStatus.queued:
+        job.status, job.finished_at = JobStatus.cancelled, now
+        _event(session, job.id, STATE, "job cancelled before it started", data={"status": job.status})
+    elif job.status == JobStatus.running:
+        job.status = JobStatus.cancelling
+        _event(session, job.id, STATE, "cancellation requested", data={"status": job.status})
+    job.cancel_requested_at = job.cancel_requested_at or now
+
+
+# ------------------------------------------------------------------------------------------------
+# Sweeps: one job per combination of seeds and grid values
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    spec: dict[str, Any]
+    configuration: str  # e.g. "learning_rate=0.0001 seed=3", for the job's metadata
+
+
+def create_sweep(
+    session: Session,
+    *,
+    spec: dict[str, Any],
+    seeds: list[int],
+    grid: dict[str, list[Any]],
+    jobs: Sequence[SweepJob],
+    priority: int = 0,
+    metadata: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    owner: str | None = None,
+) -> tuple[Sweep, list[Job]]:
+    """The sweep and all its jobs in one transaction: either every combination is queued or none."""
+    metadata = metadata or {}
+    with write(session):
+        sweep = Sweep(owner=owner, spec=spec, seeds=seeds, grid=grid, metadata_=metadata, created_at=utcnow())
+        session.add(sweep)
+        session.flush()
+        created = [
+            _add_job(
+                session,
+                spec=job.spec,
+                priority=priority,
+                metadata={**metadata, "sweep_id": str(sweep.id), "sweep_configuration": job.configuration},
+                max_attempts=max_attempts,
+                owner=owner,
+                sweep_id=sweep.id,
+            )
+            for job in jobs
+        ]
+    return sweep, created
+
+
+def get_sweep(session: Session, *, sweep_id: int, owner: str | None = None) -> Sweep:
+    """The sweep, or NotFound. With `owner` set, another key's sweep is not found either."""
+    with read(session):
+        sweep = session.get(Sweep, sweep_id)
+    if sweep is None or (owner is not None and sweep.owner != owner):
+        raise NotFound(f"sweep {sweep_id} not found")
+    return sweep
+
+
+def list_sweeps(
+    session: Session, *, after: int | None = None, limit: int = 20, owner: str | None = None
+) -> tuple[list[Sweep], bool]:
+    """Newest first; `after` is the id of the last sweep of the previous page."""
+    query = select(Sweep).order_by(Sweep.id.desc()).limit(limit + 1)
+    if after is not None:
+        query = query.where(Sweep.id < after)
+    if owner is not None:
+        query = query.where(Sweep.owner == owner)
+    with read(session):
+        sweeps = list(session.scalars(query))
+    return sweeps[:limit], len(sweeps) > limit
+
+
+def get_sweeps(session: Session, *, sweep_ids: Sequence[int]) -> list[Sweep]:
+    if not sweep_ids:
+        return []
+    with read(session):
+        return list(session.scalars(select(Sweep).where(Sweep.id.in_(sweep_ids)).order_by(Sweep.id)))
+
+
+def list_sweep_jobs(session: Session, *, sweep_ids: Sequence[int]) -> list[Job]:
+    """The jobs of these sweeps, in the order they were created."""
+    if not sweep_ids:
+        return []
+    with read(session):
+        return list(session.scalars(select(Job).where(Job.sweep_id.in_(sweep_ids)).order_by(Job.id)))
+
+
+def cancel_sweep(session: Session, *, sweep_id: int, owner: str | None = None) -> list[Job]:
+    """Cancel the sweep's unfinished jobs as POST /v1/jobs/{id}/cancel would; its jobs afterwards.
+
+    Conflict when every job had already finished.
+    """
+    now = utcnow()
+    with write(session):
+        sweep = session.get(Sweep, sweep_id, with_for_update=True)
+        if sweep is None or (owner is not None and sweep.owner != owner):
+            raise NotFound(f"sweep {sweep_id} not found")
+        jobs = list(
+            session.scalars(select(Job).where(Job.sweep_id == sweep_id).order_by(Job.id).with_for_update())
+        )
+        unfinished = [job for job in jobs if not job.status.is_terminal]
+        if not unfinished:
+            raise Conflict(f"sweep {sweep_id} has already finished: all its {len(jobs)} jobs have ended")
+        for job in unfinished:
+            _cancel(session, job, now)
+        sweep.cancel_requested_at = sweep.cancel_requested_at or now
+    return jobs
+
+
+def list_eval_metrics(session: Session, *, job_ids: Sequence[int]) -> list[JobMetric]:
+    """Every evaluation row (eval and eval_mismatched) of these jobs, by job, step and id."""
+    if not job_ids:
+        return []
+    query = (
+        select(JobMetric)
+        .where(JobMetric.job_id.in_(job_ids), JobMetric.split.in_((EVAL_SPLIT, EVAL_MISMATCHED_SPLIT)))
+        .order_by(JobMetric.job_id, JobMetric.step, JobMetric.id)
+    )
+    with read(session):
+        return list(session.scalars(query))
+
+
+def list_finished_jobs(
+    session: Session, *, task_name: str | None = None, owner: str | None = None
+) -> list[Job]:
+    """Succeeded jobs on a GLUE task (one task, or all), oldest first: what the leaderboard ranks."""
+    task = Job.spec["task_name"].as_string()
+    query = select(Job).where(Job.status == JobStatus.succeeded, task.is_not(None)).order_by(Job.id)
+    if task_name is not None:
+        query = query.where(task == task_name)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    with read(session):
+        return list(session.scalars(query))
+
+
+def find_job(session: Session, *, job_id: int) -> Job | None:
+    with read(session):
+        return session.get(Job, job_id)
+
+
+# ------------------------------------------------------------------------------------------------
+# The reproducibility record
+# ------------------------------------------------------------------------------------------------
+
+
+def set_environment(session: Session, *, job_id: int, environment: dict[str, Any]) -> None:
+    """What the running attempt runs with (versions, device, data and weight hashes, the spec)."""
+    with write(session):
+        session.execute(update(Job).where(Job.id == job_id).values(environment=environment))
 
 
 # ------------------------------------------------------------------------------------------------

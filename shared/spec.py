@@ -255,7 +255,9 @@ class JobSpec(BaseModel):
         "eval_strategy is not 'no'",
     )
     do_predict: bool = Field(
-        default=False, description="Predict the task's test split (a GLUE submission file in the job folder)"
+        default=False,
+        description="Predict the task's test split and write GLUE's submission file (<Task>.tsv) into the "
+        "job's folder",
     )
 
     # --- experiment trackers (Accelerate's) -------------------------------------------------------
@@ -413,6 +415,10 @@ class JobSpec(BaseModel):
                     f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
                     f"job; expected one of {', '.join(allowed)}",
                 )
+        if self.do_predict and self.task_name is None and self.test_file is None:
+            raise field_error(
+                "do_predict", "do_predict needs a task_name (GLUE's test split) or a test_file to predict"
+            )
         if not self.apply_lora and self.save_merged_model:
             raise field_error("save_merged_model", "save_merged_model needs apply_lora")
         return self

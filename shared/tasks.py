@@ -6,6 +6,7 @@ Which metrics a task reports and which one ranks it are metric rules: shared/met
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from shared import metric_rules
 from shared.metric_rules import LOSS as LOSS_METRIC
@@ -80,6 +81,32 @@ TASKS: dict[str, GlueTask] = {
         GlueTask("wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment")),
     )
 }
+
+
+@dataclass(frozen=True)
+class GlueSubmission:
+    """What GLUE's site expects from a task: one file per test split, and how predictions are written."""
+
+    # (the Hub's test split name, the file GLUE expects for it)
+    files: tuple[tuple[str, str], ...]
+    # "id": the label id (0/1); "name": the label's name (entailment …); "score": STS-B's 0..5 score.
+    label_format: Literal["id", "name", "score"]
+
+
+GLUE_SUBMISSIONS: dict[str, GlueSubmission] = {
+    "cola": GlueSubmission((("test", "CoLA.tsv"),), "id"),
+    "sst2": GlueSubmission((("test", "SST-2.tsv"),), "id"),
+    "mrpc": GlueSubmission((("test", "MRPC.tsv"),), "id"),
+    "stsb": GlueSubmission((("test", "STS-B.tsv"),), "score"),
+    "qqp": GlueSubmission((("test", "QQP.tsv"),), "id"),
+    "mnli": GlueSubmission((("test_matched", "MNLI-m.tsv"), ("test_mismatched", "MNLI-mm.tsv")), "name"),
+    "qnli": GlueSubmission((("test", "QNLI.tsv"),), "name"),
+    "rte": GlueSubmission((("test", "RTE.tsv"),), "name"),
+    "wnli": GlueSubmission((("test", "WNLI.tsv"),), "id"),
+}
+# GLUE's diagnostic set, predicted by an MNLI model (MNLI's label names), when the data has it.
+DIAGNOSTIC_SUBMISSION_FILE = "AX.tsv"
+SUBMISSION_HEADER = ("index", "prediction")
 
 # Splits of the metric rows (contract).
 TRAIN_SPLIT = "train"

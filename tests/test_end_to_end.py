@@ -76,10 +76,20 @@ def e2e_settings(settings_factory, tmp_path: Path, glue_data: Path, db_url: str)
     (data / "mrpc").mkdir(parents=True)
     for split in ("train", "validation"):
         shutil.copy(glue_data / "hf" / "mrpc" / f"{split}.parquet", data / "mrpc" / f"{split}.parquet")
+    # Files that are fine when the job is submitted (the API checks them) and change before a worker
+    # runs it (break_files_after_submission): the worker's own checks must fail the job.
     (data / "bad").mkdir()
-    (data / "bad" / "train.csv").write_text("sentence,label\nfine film,1\nawful film,7\nok film,0\n")
+    (data / "bad" / "train.csv").write_text("sentence,label\nfine film,1\nawful film,0\nok film,0\n")
     (data / "bad" / "dev.csv").write_text("sentence,label\ngood,1\nbad,0\n")
+    shutil.copytree(data / "bad", data / "nowhere")
     return settings
+
+
+def break_files_after_submission(settings: Settings) -> None:
+    shutil.rmtree(settings.data_dir / "nowhere")
+    (settings.data_dir / "bad" / "train.csv").write_text(
+        "sentence,label\nfine film,1\nawful film,7\nok film,0\n"
+    )
 
 
 @pytest.fixture
@@ -135,6 +145,7 @@ def test_jobs_of_every_kind_run_through_the_api_and_a_worker(
             "bad_model": submit(client, {**SMALL, "model_name_or_path": broken_model, "task_name": "sst2"}),
             "after_failures": submit(client, {**SMALL, "task_name": "cola", "max_train_samples": 32}),
         }
+        break_files_after_submission(e2e_settings)
 
         run_worker_until_idle(e2e_settings, tmp_path / "worker.log")
 
@@ -243,6 +254,7 @@ def test_postgres_fleet_database_runs_jobs_end_to_end(e2e_settings: Settings, tm
                 "validation_file": "nowhere/dev.csv",
             },
         )
+        break_files_after_submission(e2e_settings)
 
         run_worker_until_idle(e2e_settings, tmp_path / "worker.log")
 

@@ -133,10 +133,23 @@ def test_recipe_options_that_cannot_run_are_refused(
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_own_files_accept_f1_and_mse_as_the_ranking_metric(client: TestClient) -> None:
-    for metric in ("f1", "eval_f1", "mse"):
-        body = spec(task_name=None, train_file="a.csv", validation_file="b.csv", metric_for_best_model=metric)
-        assert client.post("/v1/jobs", json={"spec": body}).status_code == 201, metric
+def test_own_files_accept_f1_and_mse_as_the_ranking_metric(client: TestClient, settings: Settings) -> None:
+    # Submission reads the files: two classes report f1, scores report mse.
+    for name, labels in (("classes", ("0", "1")), ("scores", ("0.5", "4.25"))):
+        folder = settings.data_dir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = "".join(f"sentence number {i},{labels[i % 2]}\n" for i in range(6))
+        for split in ("train", "dev"):
+            (folder / f"{split}.csv").write_text("sentence,label\n" + rows)
+    for folder, metric in (("classes", "f1"), ("classes", "eval_f1"), ("scores", "mse")):
+        body = spec(
+            task_name=None,
+            train_file=f"{folder}/train.csv",
+            validation_file=f"{folder}/dev.csv",
+            metric_for_best_model=metric,
+        )
+        response = client.post("/v1/jobs", json={"spec": body})
+        assert response.status_code == 201, (metric, response.text)
 
 
 def test_trainers_step_defaults_follow_trainer() -> None:

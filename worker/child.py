@@ -23,6 +23,7 @@ from shared.errors import GluejobsError
 from shared.jobs_repo import MetricRow
 from shared.spec import JobSpec
 from worker.checkpoints import newest_checkpoint
+from worker.environment import record_environment
 from worker.outcome import error_file
 
 logger = logging.getLogger("worker.child")
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         assert job.output_dir, "the runner sets output_dir before it starts the child"
         output_dir = Path(job.output_dir)
         spec = JobSpec.model_validate(job.spec)
+        if rank == 0:
+            record_environment(db, job, settings)  # versions, device, data and weight hashes
         resume_from = newest_checkpoint(output_dir / "checkpoints")
         # Imported here so that a broken torch install fails the job with its message, not the import.
         from worker.training import run_training

@@ -52,6 +52,7 @@ from worker.modeling import (
     resolve_model,
     save_model_files,
 )
+from worker.submission import write_glue_submission
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ def _train(
             break
     if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
         _evaluate_all(run)  # so that every run ends with the metrics of its final weights
-    return _finish(run, spec, tokenizer, data, raw, output_dir, counts)
+    return _finish(run, spec, settings, tokenizer, data, raw, output_dir, counts)
 
 
 @dataclass
@@ -749,6 +750,7 @@ def plan_schedule(
 def _finish(
     run: _Run,
     spec: JobSpec,
+    settings: Settings,
     tokenizer: PreTrainedTokenizerBase,
     data: TokenizedData,
     raw: RawData,
@@ -767,6 +769,8 @@ def _finish(
             f"{progress.best_value:.4f}) for the final model"
         )
     _save_final_model(run, tokenizer, output_dir, apply_lora=spec.apply_lora, merged=spec.save_merged_model)
+    if spec.do_predict and spec.task_name:  # GLUE's submission file(s) for the task's test split
+        write_glue_submission(accelerator, run.model, tokenizer, spec, settings, output_dir, run.report.log)
     if data.test is not None:
         _write_predictions(run, data, tokenizer, spec, raw.label_names, output_dir)
     return {

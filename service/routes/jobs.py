@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from pydantic import WithJsonSchema
+from pydantic import ValidationError, WithJsonSchema
 
 from service.deps import After, JobDep, PrincipalDep, SessionDep, SettingsDep
 from service.idempotency import request_hash
@@ -15,14 +15,18 @@ from service.schemas import (
     ErrorResponse,
     EventPublic,
     JobCreate,
+    JobPlan,
     JobPublic,
     MetricPublic,
     Page,
 )
 from shared import jobs_repo
-from shared.errors import InvalidRequest, quote
+from shared.data_checks import check_job_data
+from shared.errors import Conflict, InvalidRequest, quote
 from shared.models import JobStatus
-from shared.spec import check_paths, check_trackers
+from shared.plan import plan_job
+from shared.reproduction import compare_runs
+from shared.spec import JobSpec, check_paths, check_trackers
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -68,10 +72,14 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=JobPublic,
+    response_model=JobPublic | JobPlan,
     responses={
         **_ERRORS,
-        200: {"model": JobPublic, "description": "A repeated Idempotency-Key: the job it created"},
+        200: {
+            "model": JobPublic | JobPlan,
+            "description": "dry_run=true: the plan, nothing stored; or a repeated Idempotency-Key: the "
+            "job it created",
+        },
         409: {"model": ErrorResponse, "description": "The Idempotency-Key was used with another body"},
     },
 )
@@ -82,15 +90,25 @@ def create_job(
     principal: PrincipalDep,
     response: Response,
     idempotency_key: IdempotencyKeyHeader = None,
-) -> JobPublic:
+    dry_run: Annotated[
+        bool, Query(description="Check and plan the job without storing it: 200 with the plan")
+    ] = False,
+) -> JobPublic | JobPlan:
     """Queue a fine-tuning job. The answer holds the resolved spec: defaults filled in, seed recorded.
 
-    A spec that cannot run (unknown task or field, bad values, paths that leave their folders …)
-    is refused with 422 and nothing is stored. With an `Idempotency-Key`, repeating the request
-    returns the job it created (200) instead of queuing another; the same key with a different body
-    is refused with 409.
+    A spec that cannot run (unknown task or field, bad values, paths that leave their folders, data
+    files that are missing, lack the task's columns or hold labels that do not fit it …) is refused
+    with 422 naming the field, and nothing is stored. With `dry_run=true` the answer is the plan:
+    data checks, steps, warmup, evaluations, tokenised lengths and padding, a memory estimate.
+    With an `Idempotency-Key`, repeating the request returns the job it created (200) instead of
+    queuing another; the same key with a different body is refused with 409.
     """
     spec = check_trackers(check_paths(body.spec, settings), settings).with_seed()
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return JobPlan.model_validate(plan_job(spec, settings))
+    if settings.check_data_on_submit:
+        check_job_data(spec, settings)
     if idempotency_key is not None:
         job, created = jobs_repo.create_job_once(
             session,
@@ -141,9 +159,43 @@ def read_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=_ERRORS)
-def read_job(job: JobDep) -> JobPublic:
-    """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics."""
-    return JobPublic.model_validate(job)
+def read_job(job: JobDep, session: SessionDep) -> JobPublic:
+    """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics, its
+    reproducibility record; a rerun also says whether it reproduced the original's metrics."""
+    public = JobPublic.model_validate(job)
+    if job.rerun_of is not None:
+        original = jobs_repo.find_job(session, job_id=job.rerun_of)
+        if original is not None:
+            public.reproduction = compare_runs(original, job)
+    return public
+
+
+@router.post(
+    "/{job_id}/rerun", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS
+)
+def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPublic:
+    """Queue the job's exact spec again (same seed), to check that its result can be repeated.
+
+    Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The data is
+    checked again (a file may have gone or changed since: the reproducibility records show which).
+    """
+    try:
+        spec = check_paths(JobSpec.model_validate(job.spec), settings)
+    except ValidationError as exc:  # a spec stored by an older version that this one refuses
+        raise Conflict(f"job {job.id}'s spec is no longer accepted: {exc.errors()[0]['msg']}") from exc
+    if settings.check_data_on_submit:
+        check_job_data(spec, settings)
+    metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}
+    rerun = jobs_repo.create_job(
+        session,
+        spec=dict(job.spec),  # the stored spec itself: the rerun must not differ by a default
+        priority=job.priority,
+        metadata={**metadata, "rerun_of": str(job.id)},
+        max_attempts=job.max_attempts,
+        owner=job.owner,
+        rerun_of=job.id,
+    )
+    return JobPublic.model_validate(rerun)
 
 
 @router.post(

@@ -1,0 +1,210 @@
+"""What the API checks about a job's data before storing it, with shared/data_files.py's reading rule.
+
+A real submission (POST /v1/jobs, a sweep, a rerun) and a dry run read the data the worker will
+read and refuse, with 422 naming the spec field, what the worker would fail on: a file that is
+missing or unreadable, a column the task needs that is not there, a label that does not fit the
+task, a GLUE test split that do_predict needs. The Hub's rows are the one thing the API does not
+read (it never downloads); the report says so.
+
+Reports are cached per data version: the key holds every source's path, size and modification
+time (plus the spec fields that change what is read), so the tenth job of a sweep on the same
+files costs a few stat() calls, and a changed file is read again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shared.config import Settings
+from shared.data_files import (
+    GLUE_LAYOUTS,
+    DataError,
+    JobData,
+    PredictSplit,
+    Split,
+    job_data_files,
+    read_job_data,
+    read_local_test_splits,
+)
+from shared.errors import InvalidSpec
+from shared.spec import JobSpec
+from shared.tasks import TASKS
+
+CACHED_REPORTS = 256
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    where: str
+    rows: int  # in the source
+    rows_used: int  # after max_train_samples / max_eval_samples
+    label_counts: dict[str, int] | None  # classification: rows per label name (of the rows used)
+    score_range: dict[str, float] | None  # regression: min, max, mean of the scores used
+
+
+@dataclass(frozen=True)
+class DataReport:
+    splits: dict[str, SplitReport]  # train, eval, eval_mismatched, test (test_file)
+    predict: dict[str, dict[str, Any]]  # do_predict's GLUE test splits: {split: {where, rows}}
+    unread: list[str]  # sources the API does not read (the Hub's), left to the worker
+    text_keys: tuple[str, str | None]
+    is_regression: bool
+    label_names: list[str] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "splits": {
+                name: {
+                    "where": s.where,
+                    "rows": s.rows,
+                    "rows_used": s.rows_used,
+                    **({"label_counts": s.label_counts} if s.label_counts is not None else {}),
+                    **({"score_range": s.score_range} if s.score_range is not None else {}),
+                }
+                for name, s in self.splits.items()
+            },
+            "predict": self.predict,
+            "unread": self.unread,
+            "text_columns": [key for key in self.text_keys if key is not None],
+            "is_regression": self.is_regression,
+            "label_names": self.label_names,
+        }
+
+
+def check_job_data(spec: JobSpec, settings: Settings) -> DataReport:
+    """The checks a submission runs (cached per data version); InvalidSpec naming the field."""
+    try:
+        cached = _cache.get(_cache_key(spec, settings))
+    except DataError as exc:
+        raise as_invalid_spec(exc) from exc
+    if cached is not None:
+        return cached
+    _data, report = read_and_check(spec, settings)
+    return report
+
+
+def read_and_check(spec: JobSpec, settings: Settings) -> tuple[JobData, DataReport]:
+    """Read the job's data once (the dry run also measures its texts) and check it."""
+    try:
+        key = _cache_key(spec, settings)
+        data = read_job_data(spec, settings)
+        predict = _predict_splits(spec, settings)
+    except DataError as exc:
+        raise as_invalid_spec(exc) from exc
+    report = _report(data, predict)
+    if spec.do_predict and spec.task_name and settings.glue_dir is None:
+        report.unread.extend(
+            f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
+        )
+    _cache.put(key, report)
+    return data, report
+
+
+def as_invalid_spec(exc: DataError) -> InvalidSpec:
+    # A GLUE file's problem is the task's (its folder or layout): name task_name.
+    return InvalidSpec(exc.message, field=exc.field or "task_name")
+
+
+def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit]:
+    if not (spec.do_predict and spec.task_name and settings.glue_dir is not None):
+        return {}
+    return read_local_test_splits(TASKS[spec.task_name], settings.glue_dir)
+
+
+def _report(data: JobData, predict: dict[str, PredictSplit]) -> DataReport:
+    splits: dict[str, SplitReport] = {}
+    named = {"train": data.train, **data.evals, "test": data.test}
+    for name, rows in named.items():
+        if rows is not None:
+            splits[name] = _split_report(rows, data)
+    unread = list(data.unread)
+    if data.train is None and not any(item.startswith("train:") for item in unread):
+        unread.insert(0, "train")
+    return DataReport(
+        splits=splits,
+        predict={name: {"where": s.where, "rows": len(s.ids)} for name, s in predict.items()},
+        unread=unread,
+        text_keys=data.text_keys,
+        is_regression=data.is_regression,
+        label_names=data.label_names,
+    )
+
+
+def _split_report(rows: Split, data: JobData) -> SplitReport:
+    counts: dict[str, int] | None = None
+    scores: dict[str, float] | None = None
+    if rows.labels is not None and data.is_regression:
+        values = rows.labels.astype(np.float64)
+        scores = {
+            "min": float(values.min()),
+            "max": float(values.max()),
+            "mean": round(float(values.mean()), 4),
+        }
+    elif rows.labels is not None:
+        names = data.label_names or []
+        tally = np.bincount(rows.labels, minlength=len(names))
+        counts = {name: int(tally[i]) for i, name in enumerate(names)}
+    return SplitReport(rows.table.where, rows.rows_in_source, len(rows), counts, scores)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The cache: an LRU of reports, keyed by the data's version
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cache_key(spec: JobSpec, settings: Settings) -> str:
+    sources: dict[str, Any] = {}
+    for role, source in job_data_files(spec, settings).items():
+        sources[role] = _version(source) if isinstance(source, Path) else source
+    return repr(
+        (
+            sorted(sources.items()),
+            spec.task_name,
+            spec.max_train_samples,
+            spec.max_eval_samples,
+            spec.evaluates,
+            spec.do_predict,
+            str(settings.glue_dir),
+            str(settings.data_dir),
+        )
+    )
+
+
+def _version(path: Path) -> tuple[str, int, int] | str:
+    try:
+        stat = path.stat()
+    except OSError:
+        return f"{path}: missing"
+    return (str(path), stat.st_size, stat.st_mtime_ns)
+
+
+class _Reports:
+    """A small thread-safe LRU (routes run in a thread pool); errors are not cached."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[str, DataReport] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> DataReport | None:
+        with self._lock:
+            report = self._items.get(key)
+            if report is not None:
+                self._items.move_to_end(key)
+            return report
+
+    def put(self, key: str, report: DataReport) -> None:
+        with self._lock:
+            self._items[key] = report
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+_cache = _Reports(CACHED_REPORTS)

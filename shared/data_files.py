@@ -1,0 +1,642 @@
+"""Reading a job's data and checking it against its task: ONE rule for the API and the worker.
+
+Torch-free (pandas and numpy only), so the API runs the same checks at submission that a worker
+runs before training: a file with the wrong columns or a label that does not fit the task is
+refused with 422 naming the field, instead of failing minutes later on a worker.
+
+`read_job_data` turns a job spec into text columns plus label ids (or float scores) per split,
+read from, in this order: the spec's own files under GLUEJOBS_DATA_DIR; a local GLUE copy in the
+original release layout (GLUEJOBS_GLUE_DIR); the Hub's nyu-mll/glue, through a reader the worker
+passes in (the API never downloads: it leaves those rows to the worker and says so). Every source
+ends up with the Hub's column names, so one code path checks labels and texts.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from shared.config import Settings
+from shared.errors import InvalidSpec, JobFailed
+from shared.spec import JobSpec, resolve_under
+from shared.tasks import TASKS, GlueTask
+
+LABEL = "label"
+HUB_GLUE = "nyu-mll/glue"
+# Row ids, never text: the Hub's parquet exports carry `idx`, which run_glue would take for a sentence.
+_ID_COLUMNS = frozenset({"idx", "id"})
+_TSV_OPTIONS: dict[str, Any] = {
+    # GLUE files hold unbalanced quotes (MRPC) and words like "null"/"NA" that are text, not missing values.
+    "sep": "\t",
+    "quoting": csv.QUOTE_NONE,
+    "encoding": "utf-8-sig",
+    "keep_default_na": False,
+    "dtype": str,
+    "engine": "c",
+}
+SPEC_FILE_FIELDS = ("train_file", "validation_file", "test_file")
+
+
+class DataError(JobFailed):
+    """The job's data could not be loaded."""
+
+
+@dataclass
+class Table:
+    """Rows from one source, with the Hub's column names, before labels are checked."""
+
+    frame: pd.DataFrame
+    where: str  # names the source in error messages
+    fingerprint: str
+    field: str | None = None  # the spec field it came from, for DataError.field
+    path: Path | None = None  # the file it was read from (None for the Hub)
+
+
+@dataclass
+class Split:
+    """A split ready for a model: its text columns (in text_keys order) and label ids or scores."""
+
+    texts: pd.DataFrame
+    labels: np.ndarray | None
+    table: Table
+    rows_in_source: int  # before max_train_samples / max_eval_samples
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass
+class JobData:
+    train: Split | None  # None only when the caller asked for evaluation rows alone
+    evals: dict[str, Split]  # gluejobs split name ("eval", "eval_mismatched") -> rows
+    test: Split | None  # spec.test_file only; its labels are optional
+    text_keys: tuple[str, str | None]
+    is_regression: bool
+    label_names: list[str] | None  # in id order (config.id2label); None for regression
+    fingerprint: str  # identifies the source rows: files and their versions, or Hub fingerprints
+    # Sources nobody read (the API leaves the Hub's rows to the worker), e.g. "train: the Hub's …".
+    unread: list[str] = field(default_factory=list)
+
+
+# A reader of the Hub's GLUE splits {gluejobs split: Table}; only the worker has one (it needs datasets).
+HubReader = Callable[[GlueTask, list[str]], dict[str, Table]]
+
+
+# ------------------------------------------------------------------------------------------------
+# Which files a job reads (the readers below and the reproducibility record share this rule)
+# ------------------------------------------------------------------------------------------------
+
+
+def spec_file_paths(spec: JobSpec, settings: Settings) -> dict[str, Path]:
+    """The spec's own files, resolved under GLUEJOBS_DATA_DIR: {field: path}."""
+    paths: dict[str, Path] = {}
+    for name in SPEC_FILE_FIELDS:
+        value = getattr(spec, name)
+        if value is not None:
+            try:
+                paths[name] = resolve_under(settings.data_dir, value, field=name)
+            except InvalidSpec as exc:  # a worker must not trust the database with paths either
+                raise DataError(exc.message, field=name) from exc
+    return paths
+
+
+def glue_splits_needed(spec: JobSpec, spec_files: set[str]) -> list[str]:
+    """The task's splits that come from GLUE (local copy or Hub), not from the spec's own files."""
+    if spec.task_name is None:
+        return []
+    task = TASKS[spec.task_name]
+    needed = [] if "train_file" in spec_files else ["train"]
+    if "validation_file" not in spec_files and spec.evaluates:
+        needed.extend(split for split, _ in task.eval_splits)
+    return needed
+
+
+def job_data_files(spec: JobSpec, settings: Settings) -> dict[str, Path | str]:
+    """Every source a job reads: {role: local path, or a description of a Hub source}.
+
+    Roles are the spec's fields (train_file …), GLUE splits (train, eval, eval_mismatched) and,
+    with do_predict, the GLUE test splits (test, test_matched, test_mismatched, diagnostic).
+    """
+    sources: dict[str, Path | str] = dict(spec_file_paths(spec, settings))
+    if spec.task_name is None:
+        return sources
+    task = TASKS[spec.task_name]
+    needed = glue_splits_needed(spec, set(sources))
+    if settings.glue_dir is not None:
+        sources.update(_local_glue_paths(task, settings.glue_dir, needed))
+        if spec.do_predict:
+            sources.update(glue_test_paths(task, settings.glue_dir))
+    else:
+        for split in needed:
+            sources[split] = f"the Hub's {HUB_GLUE} {task.name} {_hub_split_names(task)[split]!r} split"
+        if spec.do_predict:
+            for split in GLUE_LAYOUTS[task.name].test_splits:
+                sources[split] = f"the Hub's {HUB_GLUE} {task.name} {split!r} split"
+    return sources
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------------
+
+
+def read_job_data(
+    spec: JobSpec, settings: Settings, *, hub: HubReader | None = None, train: bool = True
+) -> JobData:
+    """The job's train, eval and test rows, with text columns and label ids or scores.
+
+    With a task_name, the spec's files (when given) replace the task's train or eval splits; the
+    rest come from GLUEJOBS_GLUE_DIR, else from `hub`. Without `hub`, Hub splits are left out and
+    named in `unread` (the API's case). Eval splits are left out when the job never evaluates
+    (eval_strategy "no") and no validation_file names them. With train=False only the evaluation
+    rows are read (a task's majority-class baseline); that needs a task_name.
+    """
+    files = _read_spec_files(spec, settings, skip=() if train else ("train_file", "test_file"))
+    unread: list[str] = []
+    train_split: Split | None
+    if spec.task_name is None:
+        if not train:
+            raise ValueError("reading evaluation rows alone needs a task_name")
+        train_split, evals, test, text_keys, is_regression, label_names = _own_file_splits(files)
+    else:
+        task = TASKS[spec.task_name]
+        train_split, evals, test, unread = _task_splits(
+            task, spec, files, settings, hub=hub, want_train=train
+        )
+        text_keys, is_regression = task.text_keys, task.is_regression
+        label_names = list(task.label_names) if task.label_names else None
+    train_split = _first_rows(train_split, spec.max_train_samples) if train_split else None
+    evals = {name: _first_rows(rows, spec.max_eval_samples) for name, rows in evals.items()}
+    sources = {name: rows.table.fingerprint for name, rows in evals.items()}
+    if train_split is not None:
+        sources["train"] = train_split.table.fingerprint
+    if test is not None:
+        sources["test"] = test.table.fingerprint
+    fingerprint = digest(
+        {
+            "task": spec.task_name,
+            "max_train_samples": spec.max_train_samples,
+            "max_eval_samples": spec.max_eval_samples,
+            "sources": sources,
+        }
+    )
+    return JobData(
+        train=train_split,
+        evals=evals,
+        test=test,
+        text_keys=text_keys,
+        is_regression=is_regression,
+        label_names=label_names,
+        fingerprint=fingerprint,
+        unread=unread,
+    )
+
+
+def _first_rows(rows: Split, limit: int | None) -> Split:
+    # run_glue.py's max_train_samples / max_eval_samples: the first N rows, not a random sample.
+    if limit is None or limit >= len(rows):
+        return rows
+    labels = rows.labels[:limit] if rows.labels is not None else None
+    return Split(rows.texts.iloc[:limit].reset_index(drop=True), labels, rows.table, rows.rows_in_source)
+
+
+# --- the spec's own files ------------------------------------------------------------------------
+
+
+def _read_spec_files(spec: JobSpec, settings: Settings, *, skip: tuple[str, ...] = ()) -> dict[str, Table]:
+    data_root = settings.data_dir.resolve()
+    tables: dict[str, Table] = {}
+    for name, path in spec_file_paths(spec, settings).items():
+        if name in skip:
+            continue
+        where = f"{name} {path.relative_to(data_root).as_posix()!r}"
+        if not path.is_file():
+            raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR ({settings.data_dir})", field=name)
+        tables[name] = Table(read_frame(path, where, field=name), where, file_fingerprint(path), name, path)
+    return tables
+
+
+def read_frame(path: Path, where: str, *, field: str | None) -> pd.DataFrame:
+    """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric)."""
+    try:
+        frame = _read_by_suffix(path)
+    except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors all derive from these
+        raise DataError(f"could not read {where}: {exc}", field=field) from exc
+    if frame.empty:
+        raise DataError(f"{where} has no rows", field=field)
+    return frame
+
+
+def _read_by_suffix(path: Path) -> pd.DataFrame:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return pd.read_parquet(path)
+    if suffix in (".json", ".jsonl"):
+        return _read_json(path, lines=suffix == ".jsonl")
+    if suffix == ".tsv":
+        frame = pd.read_csv(path, **_TSV_OPTIONS)
+    else:
+        frame = pd.read_csv(path, encoding="utf-8-sig", keep_default_na=False, dtype=str)
+    # Text formats have no types: read everything as text (so "007" stays a sentence), then let
+    # the label column become numbers where it holds numbers, as pandas' own inference would.
+    if LABEL in frame.columns:
+        frame[LABEL] = _numbers_if_numeric(frame[LABEL])
+    return frame
+
+
+def _read_json(path: Path, *, lines: bool) -> pd.DataFrame:
+    # Like the `json` loader of datasets, .json may hold one array of records or JSON lines.
+    options: dict[str, Any] = {"dtype": False, "convert_dates": False}
+    if lines:
+        return pd.read_json(path, lines=True, **options)
+    try:
+        return pd.read_json(path, **options)
+    except ValueError:
+        return pd.read_json(path, lines=True, **options)
+
+
+def _numbers_if_numeric(values: pd.Series) -> pd.Series:
+    if values.str.strip().eq("").any():
+        return values  # an empty label is reported by the label checks, with its row
+    try:
+        numbers = pd.to_numeric(values)
+    except (ValueError, TypeError):
+        return values
+    return numbers.astype("int64" if pd.api.types.is_integer_dtype(numbers) else "float64")
+
+
+def file_fingerprint(path: Path) -> str:
+    """Path, size and modification time: changes whenever the file does, without reading it."""
+    stat = path.stat()
+    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+# --- a job on its own files (no task_name) -------------------------------------------------------
+
+
+def _own_file_splits(
+    files: dict[str, Table],
+) -> tuple[Split, dict[str, Split], Split | None, tuple[str, str | None], bool, list[str] | None]:
+    train = files.get("train_file")
+    if train is None:
+        raise DataError("a job without a task_name needs a train_file", field="train_file")
+    text_keys = _infer_text_keys(train)
+    labels = _column(train, LABEL)
+    _check_no_empty_labels(train, labels)
+    is_regression = pd.api.types.is_float_dtype(labels)
+    label_names: list[str] | None = None
+    mapping: dict[Any, int] = {}
+    if not is_regression:
+        ordered = _sorted_unique(train, labels)
+        mapping = {value: index for index, value in enumerate(ordered)}
+        label_names = [str(value) for value in ordered]
+
+    def rows(table: Table, *, labels_required: bool) -> Split:
+        ids = _own_label_ids(table, mapping, is_regression, required=labels_required)
+        return _split(table, text_keys, ids)
+
+    train_rows = rows(train, labels_required=True)
+    evals = {}
+    if "validation_file" in files:
+        evals["eval"] = rows(files["validation_file"], labels_required=True)
+    test = rows(files["test_file"], labels_required=False) if "test_file" in files else None
+    return train_rows, evals, test, text_keys, is_regression, label_names
+
+
+def _infer_text_keys(table: Table) -> tuple[str, str | None]:
+    # run_glue_no_trainer.py's rule, minus row-id columns.
+    names = [str(c) for c in table.frame.columns if c != LABEL and str(c).lower() not in _ID_COLUMNS]
+    if "sentence1" in names and "sentence2" in names:
+        return "sentence1", "sentence2"
+    if len(names) >= 2:
+        return names[0], names[1]
+    if names:
+        return names[0], None
+    raise DataError(f"{table.where} has no text column besides {LABEL!r}", field=table.field)
+
+
+def _sorted_unique(table: Table, labels: pd.Series) -> list[Any]:
+    try:
+        return sorted(labels.unique().tolist())
+    except TypeError as exc:
+        raise DataError(
+            f"{table.where} mixes label types (e.g. numbers and strings) in column {LABEL!r}",
+            field=table.field,
+        ) from exc
+
+
+def _own_label_ids(
+    table: Table, mapping: dict[Any, int], is_regression: bool, *, required: bool
+) -> np.ndarray | None:
+    if LABEL not in table.frame.columns:
+        if required:
+            raise DataError(f"{table.where} has no {LABEL!r} column", field=table.field)
+        return None
+    labels = table.frame[LABEL]
+    _check_no_empty_labels(table, labels)
+    if is_regression:
+        return _scores(table, labels)
+    ids = labels.map(mapping)
+    unseen = ids.isna()
+    if unseen.any():
+        row = int(np.flatnonzero(unseen.to_numpy())[0])
+        raise DataError(
+            f"{table.where}: label {_shown(labels.iloc[row])} on row {row + 1} does not occur in the "
+            f"train_file (its labels: {', '.join(map(repr, mapping))})",
+            field=table.field,
+        )
+    return ids.to_numpy(dtype=np.int64)
+
+
+def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
+    empty = labels.isna() | labels.astype(str).str.strip().eq("")
+    if empty.any():
+        row = int(np.flatnonzero(empty.to_numpy())[0])
+        raise DataError(f"{table.where}: empty label on row {row + 1}", field=table.field)
+
+
+# --- a GLUE task ---------------------------------------------------------------------------------
+
+
+def _task_splits(
+    task: GlueTask,
+    spec: JobSpec,
+    files: dict[str, Table],
+    settings: Settings,
+    *,
+    hub: HubReader | None,
+    want_train: bool,
+) -> tuple[Split | None, dict[str, Split], Split | None, list[str]]:
+    needed = glue_splits_needed(spec, set(files) | ({"train_file"} if not want_train else set()))
+    glue, unread = _glue_tables(task, settings, needed, hub=hub)
+    train_table = files.get("train_file") or glue.get("train")
+    if "validation_file" in files:
+        eval_tables = {"eval": files["validation_file"]}
+    else:
+        eval_tables = {split: glue[split] for split, _ in task.eval_splits if split in glue}
+
+    def rows(table: Table, *, labels_required: bool) -> Split:
+        return _split(table, task.text_keys, _task_label_ids(table, task, labels_required))
+
+    train = rows(train_table, labels_required=True) if want_train and train_table is not None else None
+    evals = {split: rows(table, labels_required=True) for split, table in eval_tables.items()}
+    test = rows(files["test_file"], labels_required=False) if "test_file" in files else None
+    return train, evals, test, unread
+
+
+def _task_label_ids(table: Table, task: GlueTask, required: bool) -> np.ndarray | None:
+    """Label ids (or STS-B scores) for a task; names ("entailment") and ids ("0") are both accepted."""
+    if LABEL not in table.frame.columns:
+        if required:
+            raise DataError(f"{table.where} has no {LABEL!r} column", field=table.field)
+        return None
+    labels = table.frame[LABEL]
+    if not required and labels.astype(str).str.strip().eq("-1").all():
+        return None  # a GLUE test split: every label is -1, meaning "not published"
+    _check_no_empty_labels(table, labels)
+    if task.label_names is None:
+        return _scores(table, labels)
+    return _class_ids(table, labels, task.label_names)
+
+
+def _class_ids(table: Table, labels: pd.Series, names: tuple[str, ...]) -> np.ndarray:
+    if pd.api.types.is_numeric_dtype(labels):
+        values = labels.to_numpy(dtype=np.float64)
+        ids = np.where(np.isfinite(values) & (values == np.round(values)), values, -1.0)
+        valid = (ids >= 0) & (ids < len(names))
+    else:
+        lookup = {name: index for index, name in enumerate(names)} | {str(i): i for i in range(len(names))}
+        mapped = labels.astype(str).str.strip().map(lookup)
+        valid = mapped.notna().to_numpy()
+        ids = mapped.fillna(-1).to_numpy(dtype=np.float64)
+    if not valid.all():
+        row = int(np.flatnonzero(~valid)[0])
+        raise DataError(_bad_label_message(table, _shown(labels.iloc[row]), row, names), field=table.field)
+    return ids.astype(np.int64)
+
+
+def _bad_label_message(table: Table, shown: str, row: int, names: tuple[str, ...]) -> str:
+    expected = f"0..{len(names) - 1} or one of {', '.join(names)}"
+    message = f"{table.where}: label {shown} on row {row + 1} does not fit the task (expected {expected})"
+    if shown.strip("'") == "-1":
+        message += "; -1 marks GLUE test rows, which have no published labels"
+    return message
+
+
+def _shown(value: Any) -> str:
+    """A label as the user wrote it: 7 or 'maybe', not np.int64(7)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _scores(table: Table, labels: pd.Series) -> np.ndarray:
+    scores = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"{table.where}: label {_shown(labels.iloc[row])} on row {row + 1} is not a number (a regression "
+            "task needs numeric scores)",
+            field=table.field,
+        )
+    return scores.astype(np.float32)
+
+
+def _column(table: Table, name: str) -> pd.Series:
+    if name not in table.frame.columns:
+        columns = ", ".join(map(str, table.frame.columns))
+        raise DataError(f"{table.where} has no {name!r} column (its columns: {columns})", field=table.field)
+    return table.frame[name]
+
+
+def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray | None) -> Split:
+    texts = pd.DataFrame({key: _texts(table, key) for key in text_keys if key is not None})
+    return Split(texts, labels, table, len(table.frame))
+
+
+def _texts(table: Table, key: str) -> pd.Series:
+    texts = _column(table, key)
+    missing = texts.isna()
+    if missing.any():
+        row = int(np.flatnonzero(missing.to_numpy())[0])
+        raise DataError(f"{table.where}: no {key!r} text on row {row + 1}", field=table.field)
+    return texts.astype(str).reset_index(drop=True)
+
+
+# --- the task's own splits: a local GLUE copy, else the Hub ----------------------------------------
+
+
+@dataclass(frozen=True)
+class GlueLayout:
+    """Where a task lives in the original GLUE release, and its columns' names there."""
+
+    folder: str
+    columns: dict[str, str]  # column in the TSV -> the Hub's column name
+    eval_files: tuple[tuple[str, str], ...] = (("eval", "dev.tsv"),)
+    header: tuple[str, ...] | None = None  # column names of a train/dev file without a header row (CoLA)
+    # Test splits (the Hub's split names) and their files; test files have a header and an id column.
+    test_files: tuple[tuple[str, str], ...] = (("test", "test.tsv"),)
+    test_id_column: str = "index"
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return tuple(split for split, _ in self.test_files)
+
+
+_ENTAILMENT_COLUMNS = {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}
+GLUE_LAYOUTS: dict[str, GlueLayout] = {
+    "cola": GlueLayout(
+        "CoLA",
+        {"sentence": "sentence", "label": "label"},
+        header=("source", "label", "original_label", "sentence"),
+    ),
+    "sst2": GlueLayout("SST-2", {"sentence": "sentence", "label": "label"}),
+    "mrpc": GlueLayout("MRPC", {"#1 String": "sentence1", "#2 String": "sentence2", "Quality": "label"}),
+    "stsb": GlueLayout("STS-B", {"sentence1": "sentence1", "sentence2": "sentence2", "score": "label"}),
+    "qqp": GlueLayout(
+        "QQP",
+        {"question1": "question1", "question2": "question2", "is_duplicate": "label"},
+        test_id_column="id",
+    ),
+    "mnli": GlueLayout(
+        "MNLI",
+        {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label"},
+        eval_files=(("eval", "dev_matched.tsv"), ("eval_mismatched", "dev_mismatched.tsv")),
+        test_files=(("test_matched", "test_matched.tsv"), ("test_mismatched", "test_mismatched.tsv")),
+    ),
+    "qnli": GlueLayout("QNLI", {"question": "question", "sentence": "sentence", "label": "label"}),
+    "rte": GlueLayout("RTE", _ENTAILMENT_COLUMNS),
+    "wnli": GlueLayout("WNLI", _ENTAILMENT_COLUMNS),
+}
+# GLUE's diagnostic set (AX), predicted by an MNLI model: the release's diagnostic/diagnostic.tsv,
+# the Hub's "ax" configuration. Its columns are MNLI's (sentence1/sentence2 → premise/hypothesis).
+DIAGNOSTIC_SPLIT = "diagnostic"
+DIAGNOSTIC_FILE = Path("diagnostic") / "diagnostic.tsv"
+DIAGNOSTIC_HUB_CONFIG = "ax"
+DIAGNOSTIC_COLUMNS = {"sentence1": "premise", "sentence2": "hypothesis"}
+
+
+def _hub_split_names(task: GlueTask) -> dict[str, str]:
+    return dict((("train", "train"), *task.eval_splits))
+
+
+def _local_glue_paths(task: GlueTask, glue_dir: Path, splits: list[str]) -> dict[str, Path]:
+    layout = GLUE_LAYOUTS[task.name]
+    files = dict((("train", "train.tsv"), *layout.eval_files))
+    folder = glue_dir.resolve() / layout.folder
+    return {split: folder / files[split] for split in splits}
+
+
+def _glue_tables(
+    task: GlueTask, settings: Settings, splits: list[str], *, hub: HubReader | None
+) -> tuple[dict[str, Table], list[str]]:
+    if not splits:
+        return {}, []
+    if settings.glue_dir is not None:
+        return _local_glue_tables(task, settings.glue_dir, splits), []
+    if hub is not None:
+        return hub(task, splits), []
+    names = _hub_split_names(task)
+    return {}, [f"{split}: the Hub's {HUB_GLUE} {task.name} {names[split]!r} split" for split in splits]
+
+
+def _local_glue_tables(task: GlueTask, glue_dir: Path, splits: list[str]) -> dict[str, Table]:
+    layout = GLUE_LAYOUTS[task.name]
+    paths = _local_glue_paths(task, glue_dir, splits)
+    if not (glue_dir.resolve() / layout.folder).is_dir():
+        expected = ", ".join(f"{layout.folder}/{path.name}" for path in paths.values())
+        raise DataError(
+            f"GLUE folder {layout.folder!r} for task {task.name!r} not found in GLUEJOBS_GLUE_DIR "
+            f"({glue_dir}); expected {expected} there"
+        )
+    return {split: _read_glue_tsv(path, layout) for split, path in paths.items()}
+
+
+def _read_glue_tsv(path: Path, layout: GlueLayout) -> Table:
+    where = f"GLUE file {layout.folder}/{path.name}"
+    frame = _read_tsv_columns(path, where, layout.columns, header=layout.header)
+    return Table(frame.rename(columns=layout.columns), where, file_fingerprint(path), path=path)
+
+
+def _read_tsv_columns(
+    path: Path,
+    where: str,
+    wanted: dict[str, str],
+    *,
+    header: tuple[str, ...] | None = None,
+    field: str | None = None,
+) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"{where} not found: expected it at {path} (under GLUEJOBS_GLUE_DIR)", field=field)
+    options = {**_TSV_OPTIONS, "usecols": lambda column: column in wanted}
+    if header is not None:
+        options |= {"header": None, "names": list(header)}
+    try:
+        frame = pd.read_csv(path, **options)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"could not read {where}: {exc}", field=field) from exc
+    missing = [column for column in wanted if column not in frame.columns]
+    if missing:
+        shown = ", ".join(map(repr, missing))
+        raise DataError(f"{where} has no column {shown} in its header row", field=field)
+    return frame
+
+
+# --- GLUE's test splits (do_predict): ids and texts, no labels -------------------------------------
+
+
+@dataclass
+class PredictSplit:
+    """Rows to predict for a GLUE submission file: the ids GLUE gave them, and their texts."""
+
+    name: str  # the Hub's split name (test, test_matched, test_mismatched) or "diagnostic"
+    ids: list[str]
+    texts: pd.DataFrame  # in the task's text_keys order
+    where: str
+
+
+def glue_test_paths(task: GlueTask, glue_dir: Path) -> dict[str, Path]:
+    """The local test files of a task; MNLI adds the diagnostic set when the copy has it."""
+    layout = GLUE_LAYOUTS[task.name]
+    folder = glue_dir.resolve() / layout.folder
+    paths = {split: folder / name for split, name in layout.test_files}
+    diagnostic = glue_dir.resolve() / DIAGNOSTIC_FILE
+    if task.name == "mnli" and diagnostic.is_file():
+        paths[DIAGNOSTIC_SPLIT] = diagnostic
+    return paths
+
+
+def read_local_test_splits(task: GlueTask, glue_dir: Path) -> dict[str, PredictSplit]:
+    """GLUE's test files from a local copy: `index` (QQP: `id`) and the text columns, no labels."""
+    layout = GLUE_LAYOUTS[task.name]
+    text_columns = {column: name for column, name in layout.columns.items() if name != LABEL}
+    splits: dict[str, PredictSplit] = {}
+    for split, path in glue_test_paths(task, glue_dir).items():
+        id_column = "index" if split == DIAGNOSTIC_SPLIT else layout.test_id_column
+        columns = DIAGNOSTIC_COLUMNS if split == DIAGNOSTIC_SPLIT else text_columns
+        shown = DIAGNOSTIC_FILE.as_posix() if split == DIAGNOSTIC_SPLIT else f"{layout.folder}/{path.name}"
+        where = f"GLUE file {shown}"
+        frame = _read_tsv_columns(path, where, {id_column: id_column, **columns}, field="do_predict")
+        table = Table(frame.rename(columns=columns), where, file_fingerprint(path), "do_predict", path)
+        splits[split] = predict_split(split, table, task, id_column)
+    return splits
+
+
+def predict_split(name: str, table: Table, task: GlueTask, id_column: str) -> PredictSplit:
+    ids = _column(table, id_column).astype(str).str.strip()
+    if ids.eq("").any():
+        row = int(np.flatnonzero(ids.eq("").to_numpy())[0])
+        raise DataError(f"{table.where}: no {id_column!r} on row {row + 1}", field=table.field)
+    texts = pd.DataFrame({key: _texts(table, key) for key in task.text_keys if key is not None})
+    return PredictSplit(name, ids.tolist(), texts, table.where)
+
+
+def digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,125 @@
+"""A sweep's jobs: one spec per combination of grid values and seeds, each checked like a job.
+
+Every combination is validated exactly as POST /v1/jobs validates a job (the spec's rules, the
+paths, the data checks); the first one that fails refuses the whole sweep with 422 naming the
+combination and the field (`grid.<name>`, `seeds` or `spec.<name>`), and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.config import Settings
+from shared.data_checks import check_job_data
+from shared.errors import InvalidRequest, InvalidSpec
+from shared.jobs_repo import SweepJob
+from shared.spec import JobSpec, check_paths
+
+MAX_SWEEP_JOBS = 100
+MAX_GRID_VALUES = 50
+
+
+@dataclass(frozen=True)
+class Combination:
+    values: dict[str, Any]  # one value per grid field
+    seed: int
+
+    def describe(self) -> str:
+        return " ".join([*(f"{k}={v}" for k, v in self.values.items()), f"seed={self.seed}"])
+
+
+def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> Iterator[Combination]:
+    """Grid values in the order given (the first field varies slowest), each with every seed."""
+    for values in itertools.product(*grid.values()):
+        for seed in seeds:
+            yield Combination(dict(zip(grid, values, strict=True)), seed)
+
+
+def resolve_sweep(
+    spec: dict[str, Any],
+    seeds: list[int],
+    grid: dict[str, list[Any]],
+    settings: Settings,
+    *,
+    check_data: bool,
+) -> tuple[list[int], list[SweepJob]]:
+    """The seeds used and one resolved job spec per combination; InvalidRequest naming what is wrong."""
+    _check_shape(spec, seeds, grid)
+    if not seeds:
+        # One seed for every configuration, so that they differ only in their grid values
+        # (drawn as JobSpec.with_seed draws one for a job without a seed).
+        seeds = [spec["seed"]] if spec.get("seed") is not None else [secrets.randbelow(2**31)]
+    jobs: list[SweepJob] = []
+    seen: dict[str, str] = {}
+    for combination in combinations(grid, seeds):
+        resolved = _resolve(spec, combination, settings, check_data=check_data)
+        key = json.dumps(resolved, sort_keys=True)
+        if key in seen:
+            raise InvalidRequest(
+                f"combinations {seen[key]!r} and {combination.describe()!r} are the same job",
+                field="grid",
+            )
+        seen[key] = combination.describe()
+        jobs.append(SweepJob(resolved, combination.describe()))
+    return seeds, jobs
+
+
+def _check_shape(spec: dict[str, Any], seeds: list[int], grid: dict[str, list[Any]]) -> None:
+    if not seeds and not grid:
+        raise InvalidRequest("a sweep needs seeds, a grid, or both", field="seeds")
+    if len(set(seeds)) != len(seeds):
+        raise InvalidRequest("seeds repeat: each seed once", field="seeds")
+    if seeds and spec.get("seed") is not None:
+        raise InvalidRequest("give the seeds in `seeds`, not a seed in the spec as well", field="spec.seed")
+    for name, values in grid.items():
+        if name == "seed":
+            raise InvalidRequest("seeds go in `seeds`, not in the grid", field="grid.seed")
+        if name not in JobSpec.model_fields:
+            raise InvalidRequest(f"{name!r} is not a job spec field", field=f"grid.{name}")
+        if name in spec:
+            raise InvalidRequest(f"{name!r} is both in the spec and in the grid", field=f"grid.{name}")
+        if not values or len(values) > MAX_GRID_VALUES:
+            raise InvalidRequest(f"give 1 to {MAX_GRID_VALUES} values", field=f"grid.{name}")
+    count = max(len(seeds), 1)
+    for values in grid.values():
+        count *= len(values)
+    if count > MAX_SWEEP_JOBS:
+        raise InvalidRequest(
+            f"the sweep would make {count} jobs; at most {MAX_SWEEP_JOBS} in one sweep", field="grid"
+        )
+
+
+def _resolve(
+    spec: dict[str, Any], combination: Combination, settings: Settings, *, check_data: bool
+) -> dict[str, Any]:
+    values = {**spec, **combination.values, "seed": combination.seed}
+    try:
+        job_spec = check_paths(JobSpec.model_validate(values), settings)
+        if check_data:
+            check_job_data(job_spec, settings)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = error.get("loc") or ()
+        name = str(location[0]) if location else None
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        raise _refused(combination, name, message) from exc
+    except InvalidSpec as exc:
+        raise _refused(combination, exc.field, exc.message) from exc
+    return job_spec.model_dump(mode="json")
+
+
+def _refused(combination: Combination, name: str | None, message: str) -> InvalidRequest:
+    if name == "seed":
+        field = "seeds"
+    elif name in combination.values:
+        field = f"grid.{name}"
+    else:
+        field = f"spec.{name}" if name else "spec"
+    return InvalidRequest(f"combination {combination.describe()}: {message}", field=field)
