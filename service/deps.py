@@ -81,7 +81,7 @@ JobDep = Annotated[Job, Depends(get_job)]
 
 
 def get_sweep(
-    sweep_id: Annotated[int, Path(ge=1, description="The sweep's id")],
+    sweep_id: Annotated[RowId, Path(description="The sweep's id")],
     session: SessionDep,
     principal: PrincipalDep,
 ) -> Sweep:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from service.deps import PrincipalDep, SessionDep, SettingsDep, SweepDep
+from service.deps import After, PrincipalDep, SessionDep, SettingsDep, SweepDep
 from service.schemas import ErrorResponse, Page, SweepCreate, SweepPublic
 from shared import jobs_repo
 from shared.models import Job, JobStatus, Sweep
@@ -74,7 +74,7 @@ def read_sweeps(
     session: SessionDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=100, description="Page size")] = 20,
-    after: Annotated[int | None, Query(ge=0, description="The `next_cursor` of the previous page")] = None,
+    after: After = None,
 ) -> dict[str, Any]:
     """Sweeps, newest first, in cursor pages (without per-configuration statistics)."""
     sweeps, has_more = jobs_repo.list_sweeps(session, after=after, limit=limit, owner=principal.owner_filter)
