@@ -8,12 +8,17 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shared import jobs_repo
+from shared.db import Database
+from shared.jobs_repo import MetricRow
+from shared.models import JobStatus
 from tests.e2e import get, live_api, start_worker, submit
 from tests.observe_helpers import TINY_SPEC, observe_settings
 
@@ -174,3 +179,67 @@ def test_the_dashboard_asks_for_a_key_and_shows_what_it_may_see(
         assert [e for e in errors if UNAUTHORIZED_LOAD not in e] == []
         assert errors
         page.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_dashboard_shows_a_sweep_as_a_table_of_medians_and_spreads(
+    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, browser: Any
+) -> None:
+    """Two learning rates × three seeds; a worker's rows are written the way a worker writes them
+    (claim, one evaluation, finish) so the statistics are known; one job is left queued."""
+    settings = observe_settings(settings_factory, tmp_path, glue_data, db_url)
+    db = Database(settings.database_url)
+    accuracies = [0.70, 0.80, 0.72, 0.60, 0.64]  # the sixth job (2e-4, seed 3) stays queued
+    with live_api(settings) as client:
+        base = str(client.base_url).rstrip("/")
+        created = client.post(
+            "/v1/sweeps",
+            json={
+                "spec": {k: v for k, v in TINY_SPEC.items() if k not in ("seed", "learning_rate")},
+                "seeds": [1, 2, 3],
+                "grid": {"learning_rate": [1e-4, 2e-4]},
+            },
+        )
+        assert created.status_code == 201, created.text
+        sweep = created.json()
+        for job_id, accuracy in zip(sweep["job_ids"], accuracies, strict=False):
+            with db.session() as session:
+                claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+                assert claimed is not None and claimed.id == job_id
+                rows = [
+                    MetricRow(1.0, 5, "eval", "accuracy", accuracy),
+                    MetricRow(1.0, 5, "eval", "loss", 0.5),
+                ]
+                jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric="accuracy")
+                jobs_repo.finish_job(session, job_id=job_id, worker_id="w", status=JobStatus.succeeded)
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        errors = console_errors(page)
+        try:
+            page.goto(f"{base}/")
+            page.click("#nav-sweeps")
+            page.wait_for_selector(f'tr[data-sweep="{sweep["id"]}"] [data-status="running"]')
+            page.click(f'a[href="#/sweeps/{sweep["id"]}"]')
+            page.wait_for_selector("#sweep-table tr.config-row")
+            rows = page.locator("#sweep-table tr.config-row")
+            assert rows.count() == 2
+            first, second = rows.nth(0).inner_text(), rows.nth(1).inner_text()
+            # Medians over the seeds that evaluated, with their spread (± std · min–max).
+            assert "learning_rate=0.0001" in first and "3 / 3" in first
+            assert "0.7200" in first and f"± {statistics.stdev([0.70, 0.80, 0.72]):.4f}" in first
+            assert "0.7000–0.8000" in first
+            assert "learning_rate=0.0002" in second and "2 / 3" in second and "0.6200" in second
+            # The winner is the configuration with the best median of the task's main metric.
+            assert page.locator("#sweep-table tr.config-row[data-winner]").count() == 1
+            assert page.get_attribute("#sweep-table tr.config-row >> nth=0", "data-winner") is not None
+            assert "winner" in first and "winner" not in second
+            assert "0.7200" in (page.text_content("#sweep-winner") or "")
+
+            # Cancelling the sweep cancels the job that was still queued.
+            page.click("#cancel-sweep")
+            page.wait_for_selector('h1 [data-status="cancelled"], h1 [data-status="succeeded"]')
+            assert get(client, f"/v1/jobs/{sweep['job_ids'][5]}")["status"] == "cancelled"
+            assert page.is_disabled("#cancel-sweep")
+            assert errors == []
+        finally:
+            page.close()
+            db.dispose()

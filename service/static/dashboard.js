@@ -1,5 +1,6 @@
 /* gluejobs dashboard: plain JavaScript over the /v1 API, no build step, nothing fetched from the
- * network but this server. Views: #/ (jobs), #/jobs/<id> (one job, live), #/compare?ids=1,2 .
+ * network but this server. Views: #/ (jobs), #/jobs/<id> (one job, live), #/compare?ids=1,2 ,
+ * #/sweeps and #/sweeps/<id> (median and spread over seeds per configuration).
  * Charts are uPlot (vendored in static/vendor). */
 "use strict";
 
@@ -485,6 +486,101 @@ async function compareView(view, params) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Sweeps: one row per configuration, the median and spread of each metric over its seeds
+// ------------------------------------------------------------------------------------------------
+
+const sweepTask = (sweep) => sweep.spec.task_name || sweep.spec.train_file || "";
+const configLabel = (configuration) => {
+  const entries = Object.entries(configuration);
+  return entries.length ? entries.map(([k, v]) => `${k}=${v}`).join(", ") : "base spec";
+};
+const countsText = (counts) => Object.entries(counts).filter(([, n]) => n).map(([s, n]) => `${n} ${s}`).join(" · ");
+
+async function sweepsView(view) {
+  const body = h("tbody", { id: "sweeps-body" });
+  const note = h("p", { class: "muted" });
+  view.append(h("h1", {}, "Sweeps"),
+    h("table", { id: "sweeps" }, h("thead", {}, h("tr", {}, ["id", "status", "task / files", "model", "seeds", "grid", "jobs", "created"].map((c) => h("th", {}, c)))), body), note);
+  let timer = null;
+  let alive = true;
+  const refresh = async () => {
+    try {
+      const page = await api("v1/sweeps?limit=100");
+      body.replaceChildren(...page.data.map((sweep) => h("tr", { class: "sweep-row", "data-sweep": sweep.id },
+        h("td", { class: "num" }, h("a", { href: `#/sweeps/${sweep.id}` }, sweep.id)),
+        h("td", {}, statusBadge(sweep.status)),
+        h("td", {}, sweepTask(sweep)),
+        h("td", {}, sweep.spec.model_name_or_path),
+        h("td", {}, sweep.seeds.join(", ")),
+        h("td", {}, Object.entries(sweep.grid).map(([k, v]) => `${k}: ${v.join(", ")}`).join("; ")),
+        h("td", {}, countsText(sweep.job_counts)),
+        h("td", { class: "muted" }, when(sweep.created_at)))));
+      if (!page.data.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "no sweeps yet (gluejobs sweep …)")));
+      note.textContent = page.has_more ? "showing the newest 100" : "";
+    } catch (error) {
+      note.textContent = `could not load the sweeps: ${error.message}`;
+    }
+    if (alive) timer = setTimeout(refresh, LIST_REFRESH_MS);
+  };
+  await refresh();
+  return () => { alive = false; clearTimeout(timer); };
+}
+
+/* A cell: the median over seeds, and its spread (± sample std, min–max) beneath it. */
+function summaryCell(summary, isWinner) {
+  if (!summary) return h("td", { class: "num muted" }, "—");
+  const spread = summary.n > 1 ? `± ${fmt(summary.std)} · ${fmt(summary.min)}–${fmt(summary.max)} · n=${summary.n}` : "n=1";
+  return h("td", { class: `num${isWinner ? " best" : ""}`, "data-median": summary.median },
+    fmt(summary.median), h("div", { class: "spread muted" }, spread));
+}
+
+async function sweepView(view, sweepId) {
+  const content = h("div", {});
+  view.append(content);
+  let timer = null;
+  let alive = true;
+  const render = (sweep) => {
+    const winner = sweep.winner ? configLabel(sweep.winner.configuration) : null;
+    const configurations = sweep.configurations || [];
+    const splits = [...new Set(configurations.flatMap((c) => Object.keys(c.final)))].sort();
+    const columns = splits.flatMap((split) => [...new Set(configurations.flatMap((c) => Object.keys(c.final[split] || {})))].sort().map((name) => [split, name]));
+    const cancel = h("button", { class: "danger", id: "cancel-sweep", disabled: TERMINAL.has(sweep.status), onclick: async () => {
+      cancel.disabled = true;
+      render(await api(`v1/sweeps/${sweepId}/cancel`, { method: "POST" }));
+    } }, "Cancel sweep");
+    const table = h("table", { id: "sweep-table" },
+      h("thead", {}, h("tr", {}, h("th", {}, "configuration"), h("th", {}, "seeds"), h("th", {}, "jobs"),
+        columns.map(([split, name]) => h("th", { class: "num" }, `${split === "eval" ? "" : `${split} `}${name}${name === sweep.main_metric ? " ★" : ""}`)))),
+      h("tbody", {}, configurations.map((c) => {
+        const label = configLabel(c.configuration);
+        return h("tr", { class: "config-row", "data-winner": label === winner },
+          h("td", {}, label, label === winner ? h("span", { class: "best" }, " winner") : null),
+          h("td", { class: "num" }, `${c.seeds_evaluated} / ${c.seeds.length}`),
+          h("td", {}, h("a", { href: `#/compare?ids=${c.job_ids.join(",")}` }, countsText(c.job_counts))),
+          columns.map(([split, name]) => summaryCell((c.final[split] || {})[name], label === winner && name === sweep.main_metric)));
+      })));
+    content.replaceChildren(
+      h("div", { class: "toolbar" }, h("h1", {}, `Sweep ${sweep.id} `, statusBadge(sweep.status)), cancel,
+        h("a", { href: `#/compare?ids=${sweep.job_ids.join(",")}` }, "compare all its jobs…")),
+      h("div", { class: "card facts" },
+        [["task / files", sweepTask(sweep)], ["model", sweep.spec.model_name_or_path], ["seeds", sweep.seeds.join(", ")],
+         ["ranked by", sweep.main_metric], ["jobs", countsText(sweep.job_counts)], ["created", when(sweep.created_at)]]
+          .map(([k, v]) => h("div", {}, h("span", {}, k), v))),
+      h("h2", {}, "Final evaluation: median over seeds (± std · min–max)"),
+      configurations.length ? table : h("p", { class: "muted" }, "no configuration has an evaluation yet"),
+      sweep.winner ? h("p", { id: "sweep-winner" }, `Winner on ${sweep.winner.metric}: ${winner} — median ${fmt(sweep.winner.median)} over ${sweep.winner.seeds_evaluated} seed(s).`) : null);
+    return sweep;
+  };
+  const refresh = async () => {
+    let sweep = null;
+    try { sweep = render(await api(`v1/sweeps/${sweepId}`)); } catch (error) { content.replaceChildren(h("p", { class: "error" }, error.message)); }
+    if (alive && !(sweep && TERMINAL.has(sweep.status))) timer = setTimeout(refresh, LIST_REFRESH_MS);
+  };
+  await refresh();
+  return () => { alive = false; clearTimeout(timer); };
+}
+
+// ------------------------------------------------------------------------------------------------
 // Routing
 // ------------------------------------------------------------------------------------------------
 
@@ -498,10 +594,13 @@ async function route() {
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
   const match = path.match(/^\/jobs\/(\d+)$/);
+  const sweepMatch = path.match(/^\/sweeps\/(\d+)$/);
   try {
     let cleanup;
     if (match) cleanup = await jobView(view, parseInt(match[1], 10));
     else if (path === "/compare") cleanup = await compareView(view, params);
+    else if (sweepMatch) cleanup = await sweepView(view, parseInt(sweepMatch[1], 10));
+    else if (path === "/sweeps") cleanup = await sweepsView(view);
     else cleanup = await jobsView(view, params);
     // The user may have moved on while this view was loading: stop it at once then.
     if (token === routeToken) viewCleanup = cleanup; else cleanup();
