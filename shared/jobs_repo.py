@@ -394,17 +394,23 @@ def set_environment(session: Session, *, job_id: int, environment: dict[str, Any
 # ------------------------------------------------------------------------------------------------
 
 
-def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | None:
+def claim_next(
+    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+) -> Job | None:
     """Claim the next queued job (priority, then age) in one atomic statement, or None.
+
+    With max_processes (the worker's free devices or CPU slots), only a job whose num_processes
+    fits is claimed; a bigger one waits for a worker with that many free.
 
     Postgres: the row is picked with FOR UPDATE SKIP LOCKED, so concurrent workers each take a
     different job without waiting. SQLite: the statement runs under the single write lock.
     """
     now = utcnow()
+    candidates = select(Job.id).where(Job.status == JobStatus.queued)
+    if max_processes is not None:
+        candidates = candidates.where(Job.num_processes <= max_processes)
     next_id = (
-        select(Job.id)
-        .where(Job.status == JobStatus.queued)
-        .order_by(Job.priority.desc(), Job.id)
+        candidates.order_by(Job.priority.desc(), Job.id)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()
@@ -451,11 +457,15 @@ def heartbeat(session: Session, *, job_id: int, worker_id: str, lease_s: float) 
     return status
 
 
-def set_output_dir(session: Session, *, job_id: int, worker_id: str, output_dir: str) -> None:
+def set_output_dir(
+    session: Session, *, job_id: int, worker_id: str, output_dir: str, devices: Sequence[str] | None = None
+) -> None:
+    """Where the attempt writes, and the devices it holds (CUDA indices or CPU slots)."""
+    values: dict[str, Any] = {"output_dir": output_dir}
+    if devices is not None:
+        values["devices"] = list(devices)
     with write(session):
-        session.execute(
-            update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(output_dir=output_dir)
-        )
+        session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(**values))
 
 
 def finish_job(
@@ -860,10 +870,16 @@ def stream_statement(*, job_id: int, after_metric: int, after_event: int, limit:
 # ------------------------------------------------------------------------------------------------
 
 
-def register_worker(session: Session, *, worker_id: str, host: str, pid: int) -> None:
+def register_worker(
+    session: Session, *, worker_id: str, host: str, pid: int, devices: Sequence[str] = ()
+) -> None:
     now = utcnow()
     with write(session):
-        session.merge(Worker(id=worker_id, host=host, pid=pid, started_at=now, last_heartbeat_at=now))
+        session.merge(
+            Worker(
+                id=worker_id, host=host, pid=pid, devices=list(devices), started_at=now, last_heartbeat_at=now
+            )
+        )
 
 
 def worker_stopped(session: Session, *, worker_id: str) -> None:
