@@ -82,10 +82,15 @@ def terminate(child: ChildProcess, *, grace_s: float) -> None:
             return
 
 
+def child_args(job: Job) -> list[str]:
+    """The arguments of `python -m worker.child`, whichever way the child is started."""
+    return ["--job-id", str(job.id)]
+
+
 def child_command(job: Job) -> list[str]:
     processes = job_processes(job)
     if processes == 1:
-        return [sys.executable, "-m", "worker.child", "--job-id", str(job.id)]
+        return [sys.executable, "-m", "worker.child", *child_args(job)]
     # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
     # without a GPU the processes share the CPU over gloo, which is how the tests run it.
     return [
@@ -103,8 +108,7 @@ def child_command(job: Job) -> list[str]:
         "no",
         "--module",
         "worker.child",
-        "--job-id",
-        str(job.id),
+        *child_args(job),
     ]
 
 
