@@ -26,6 +26,7 @@ from shared.config import Settings
 from shared.db import Database
 from shared.models import Job, JobStatus
 from worker.determinism import job_environment
+from worker.liveness import WORKER_PID_ENV
 from worker.outcome import clear_errors, failure_message, log_dir
 
 logger = logging.getLogger(__name__)
@@ -133,10 +134,14 @@ class Worker:
     def _run_child(self, job: Job, log_path: Path) -> tuple[int, Stop | None]:
         with log_path.open("ab") as log:
             child = subprocess.Popen(
-                child_command(job),
+                child_command(job, worker_id=self.worker_id),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**child_environment(self.settings), **job_environment(job.spec)},
+                env={
+                    **child_environment(self.settings),
+                    **job_environment(job.spec),
+                    WORKER_PID_ENV: str(os.getpid()),
+                },
                 start_new_session=True,  # its own process group: a stop reaches all of `accelerate launch`
             )
             stopped = self._supervise(job, child)
@@ -213,10 +218,11 @@ class Worker:
         )
 
 
-def child_command(job: Job) -> list[str]:
+def child_command(job: Job, *, worker_id: str) -> list[str]:
     processes = int(job.spec.get("num_processes") or 1)
+    claim = ["--job-id", str(job.id), "--worker-id", worker_id, "--attempt", str(job.attempts)]
     if processes == 1:
-        return [sys.executable, "-m", "worker.child", "--job-id", str(job.id)]
+        return [sys.executable, "-m", "worker.child", *claim]
     # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
     # without a GPU the processes share the CPU over gloo, which is how the tests run it.
     return [
@@ -234,8 +240,7 @@ def child_command(job: Job) -> list[str]:
         "no",
         "--module",
         "worker.child",
-        "--job-id",
-        str(job.id),
+        *claim,
     ]
 
 
