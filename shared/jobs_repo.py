@@ -1171,8 +1171,11 @@ class WorkerView:
     jobs: list[dict[str, Any]]
 
 
-def list_workers(session: Session, *, lease_s: float, now: datetime | None = None) -> list[WorkerView]:
-    """Workers heard from within WORKER_RETENTION_S, newest first, each with the jobs it holds."""
+def list_workers(
+    session: Session, *, lease_s: float, owner: str | None = None, now: datetime | None = None
+) -> list[WorkerView]:
+    """Workers heard from within WORKER_RETENTION_S, newest first, each with the jobs it holds
+    (with `owner`, only that owner's jobs: the workers are shared, the jobs are not)."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=WORKER_RETENTION_S)
     with read(session):
@@ -1181,11 +1184,14 @@ def list_workers(session: Session, *, lease_s: float, now: datetime | None = Non
                 select(Worker).where(Worker.last_heartbeat_at >= cutoff).order_by(Worker.started_at.desc())
             )
         )
-        held = session.execute(
+        query = (
             select(Job.worker_id, Job.id, Job.attempts, Job.status, Job.devices)
             .where(Job.worker_id.in_([w.id for w in workers]), Job.status.in_(ACTIVE_STATUSES))
             .order_by(Job.id)
-        ).all()
+        )
+        if owner is not None:
+            query = query.where(Job.owner == owner)
+        held = session.execute(query).all()
     jobs: dict[str, list[dict[str, Any]]] = {}
     for worker_id, job_id, attempt, status, devices in held:
         jobs.setdefault(worker_id or "", []).append(
