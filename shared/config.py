@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")
     poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
     cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM→SIGKILL grace for a job's child")
+    device_lock_dir: Path = Field(
+        default=Path("/tmp/gluejobs-devices"),
+        description="Per-GPU lock files: two workers on one machine never hold the same GPU. Must be the "
+        "same folder for every worker of a machine (a machine-wide path, not per checkout)",
+    )
 
     api_keys: KeyList = Field(
         default_factory=list, description="Bearer keys, or sha256:<64 hex digits> digests of them"

@@ -442,17 +442,24 @@ def set_environment(
 # ------------------------------------------------------------------------------------------------
 
 
-def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | None:
+def claim_next(
+    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+) -> Job | None:
     """Claim the next claimable job (priority, then age) in one atomic statement, or None.
 
-    A job is claimable when queued and past its `not_before` (a retry's backoff). Idle polling is
-    a plain SELECT first: with nothing to claim, no write transaction is opened (on SQLite a write
-    transaction would serialise against the API's writes). Then Postgres picks the row with FOR
-    UPDATE SKIP LOCKED, so concurrent workers each take a different job without waiting; SQLite
-    runs the statement under its single write lock. Both re-check the status in the UPDATE.
+    A job is claimable when queued and past its `not_before` (a retry's backoff). With
+    max_processes (the worker's free devices or CPU slots), only a job whose num_processes fits is
+    claimed; a bigger one waits for a worker with that many free.
+
+    Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
+    SQLite a write transaction would serialise against the API's writes). Then Postgres picks the
+    row with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job without
+    waiting; SQLite runs the statement under its single write lock. Both re-check the status.
     """
     now = utcnow()
-    claimable = (Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now))
+    claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
+    if max_processes is not None:
+        claimable.append(Job.num_processes <= max_processes)
     with read(session):
         candidate = session.scalars(select(Job.id).where(*claimable).limit(1)).first()
     if candidate is None:
@@ -519,11 +526,15 @@ def _attempt_is(attempt: int | None) -> tuple[Any, ...]:
     return () if attempt is None else (Job.attempts == attempt,)
 
 
-def set_output_dir(session: Session, *, job_id: int, worker_id: str, output_dir: str) -> None:
+def set_output_dir(
+    session: Session, *, job_id: int, worker_id: str, output_dir: str, devices: Sequence[str] | None = None
+) -> None:
+    """Where the attempt writes, and the devices it holds (CUDA indices or CPU slots)."""
+    values: dict[str, Any] = {"output_dir": output_dir}
+    if devices is not None:
+        values["devices"] = list(devices)
     with write(session):
-        session.execute(
-            update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(output_dir=output_dir)
-        )
+        session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(**values))
 
 
 def finish_job(

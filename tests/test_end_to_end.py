@@ -361,7 +361,8 @@ def test_a_two_process_job_through_accelerate_launch(e2e_settings: Settings, tmp
             {**SMALL, "task_name": "mrpc", "num_processes": 2, "max_eval_samples": 45, "logging_steps": 1},
         )
 
-        run_worker_until_idle(e2e_settings, tmp_path / "worker.log")
+        # Two processes need two CPU slots: a worker with one would leave the job queued.
+        run_worker_until_idle(e2e_settings, tmp_path / "worker.log", "--slots", "2")
 
         done = get(client, f"/v1/jobs/{job['id']}")
         assert done["status"] == "succeeded", done["error"]
