@@ -501,6 +501,16 @@ def claim_next(
     return job
 
 
+def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
+    """Whether a queued job (that fits) waits for its retry backoff: a worker draining the queue
+    (--exit-when-idle) waits for it rather than leave it behind."""
+    query = select(Job.id).where(Job.status == JobStatus.queued, Job.not_before > utcnow())
+    if max_processes is not None:
+        query = query.where(Job.num_processes <= max_processes)
+    with read(session):
+        return session.scalars(query.limit(1)).first() is not None
+
+
 def heartbeat(
     session: Session, *, job_id: int, worker_id: str, lease_s: float, attempt: int | None = None
 ) -> JobStatus | None:

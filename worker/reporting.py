@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import deque
@@ -72,6 +73,7 @@ class QueuedReporter:
         self._closing = False
         self._failure: BaseException | None = None
         self._sequence = itertools.count(1)
+        self._process_token = secrets.token_hex(6)
         self._thread = threading.Thread(target=self._flush_forever, name="gluejobs-flusher", daemon=True)
         self._thread.start()
 
@@ -180,7 +182,9 @@ class QueuedReporter:
     # --- the flusher --------------------------------------------------------------------------------
 
     def _dedup_key(self) -> str:
-        return f"{self.claim.attempt}-{next(self._sequence)}"
+        # Unique per process, not only per attempt: a job handed back at shutdown keeps its attempt
+        # number, and the next process's events must not be taken for repeats of this one's.
+        return f"{self.claim.attempt}-{self._process_token}-{next(self._sequence)}"
 
     def _put(self, kind: str, operation: Operation) -> None:
         with self._changed:

@@ -104,7 +104,7 @@ class Worker:
                             break
                     elif self.pool.free and self._claim_and_start():
                         continue  # fill the next free device at once
-                    elif exit_when_idle and not self._busy():
+                    elif exit_when_idle and not self._busy() and not self._retry_pending():
                         break
                 except Exception as exc:
                     if not is_transient(exc):
@@ -250,6 +250,10 @@ class Worker:
             self._started += 1
         supervisor.start()
         return True
+
+    def _retry_pending(self) -> bool:
+        with self.db.session() as session:
+            return jobs_repo.retry_pending(session, max_processes=len(self.pool.devices))
 
     def _recover_expired_leases(self) -> None:
         with self.db.session() as session:

@@ -2,7 +2,7 @@
 
 A job's process queues its events and writes them from a background thread that retries: a write
 that committed but whose acknowledgement was lost must not add a second row when it is retried.
-Events written by a job's process carry a key unique per job ("<attempt>-<sequence>"); the
+Events written by a job's process carry a key unique per job ("<attempt>-<process token>-<sequence>"); the
 insert skips a key the job already has (ON CONFLICT DO NOTHING on both databases). Metric rows
 are unique by (job_id, split, name, step) since 0001; checkpoints by (job_id, step).
 
