@@ -45,13 +45,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 def record_environment(db: Database, job: Job, settings: Settings) -> None:
     """Collect the record for the attempt that is starting and store it on the job."""
-    try:
-        environment = collect_environment(JobSpec.model_validate(job.spec), settings, attempt=job.attempts)
-    except Exception as exc:  # the record documents a run; it must never be the reason a run fails
-        logger.warning("job %s: could not collect the reproducibility record: %s", job.id, exc)
-        environment = {"attempt": job.attempts, "error": f"{type(exc).__name__}: {exc}"}
+    environment = environment_record(job, settings)
     with db.session() as session:
         jobs_repo.set_environment(session, job_id=job.id, environment=environment)
+
+
+def environment_record(job: Job, settings: Settings) -> dict[str, Any]:
+    """The record for the attempt that is starting (a job's process queues its write)."""
+    try:
+        return collect_environment(JobSpec.model_validate(job.spec), settings, attempt=job.attempts)
+    except Exception as exc:  # the record documents a run; it must never be the reason a run fails
+        logger.warning("job %s: could not collect the reproducibility record: %s", job.id, exc)
+        return {"attempt": job.attempts, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def collect_environment(spec: JobSpec, settings: Settings, *, attempt: int | None = None) -> dict[str, Any]:

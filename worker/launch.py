@@ -24,6 +24,7 @@ from shared.config import Settings
 from shared.models import Job
 from worker.determinism import job_environment
 from worker.devices import cuda_visible_devices
+from worker.liveness import WORKER_PID_ENV
 
 
 class ChildProcess(Protocol):
@@ -82,15 +83,18 @@ def terminate(child: ChildProcess, *, grace_s: float) -> None:
             return
 
 
-def child_args(job: Job) -> list[str]:
-    """The arguments of `python -m worker.child`, whichever way the child is started."""
-    return ["--job-id", str(job.id)]
+def child_args(job: Job, *, worker_id: str) -> list[str]:
+    """The arguments of `python -m worker.child`, whichever way the child is started. They carry
+    the claim (worker and attempt) that fences its writes (worker/child.py)."""
+    return ["--job-id", str(job.id), "--worker-id", worker_id, "--attempt", str(job.attempts)]
 
 
-def child_command(job: Job) -> list[str]:
+def child_command(job: Job, *, worker_id: str) -> list[str]:
+    """The command of the job's child: `python -m worker.child`, or `accelerate launch` of it."""
     processes = job_processes(job)
+    claim = child_args(job, worker_id=worker_id)
     if processes == 1:
-        return [sys.executable, "-m", "worker.child", *child_args(job)]
+        return [sys.executable, "-m", "worker.child", *claim]
     # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
     # without a GPU the processes share the CPU over gloo, which is how the tests run it.
     return [
@@ -108,7 +112,7 @@ def child_command(job: Job) -> list[str]:
         "no",
         "--module",
         "worker.child",
-        *child_args(job),
+        *claim,
     ]
 
 
@@ -139,9 +143,11 @@ def child_environment(settings: Settings) -> dict[str, str]:
 
 def job_child_environment(settings: Settings, job: Job, devices: list[str]) -> dict[str, str]:
     """Everything one job's child starts with: the worker's environment and settings, the job's own
-    variables, and only the GPUs it holds."""
+    variables, only the GPUs it holds, and the worker's pid, which the child watches so that it
+    never outlives its worker (worker/liveness.py)."""
     return {
         **child_environment(settings),
         **job_environment(job.spec),
         "CUDA_VISIBLE_DEVICES": cuda_visible_devices(devices),
+        WORKER_PID_ENV: str(os.getpid()),
     }

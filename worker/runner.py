@@ -7,8 +7,14 @@ what is free, so it runs as many jobs at once as its devices allow. Each running
 JobSupervisor thread (worker/supervisor.py) that heartbeats its lease.
 
 Nothing here imports torch: the parent stays small, and a job's crash, out-of-memory kill or cancel
-ends only its child. SIGTERM/SIGINT stop taking work; running jobs are stopped and put back in the
-queue (without spending an attempt), and the next worker resumes each from its newest checkpoint.
+ends only its child. SIGTERM/SIGINT stop taking work; running jobs are asked for a checkpoint at
+their next step and put back in the queue (without spending an attempt), and the next worker resumes
+each from that checkpoint.
+
+The worker outlives its database: a step of the loop that cannot reach it (lease recovery, claim,
+registration) is logged and retried after a capped, jittered backoff, while the supervisors keep
+heartbeating their jobs as soon as the database answers again. `ready` says which it is now
+(the health port's /readyz).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from secrets import token_hex
 from types import FrameType
@@ -26,7 +34,8 @@ from types import FrameType
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
-from shared.models import Job
+from shared.models import Job, WorkerState
+from shared.resilience import Backoff, is_transient
 from worker.devices import DevicePool, cpu_slots
 from worker.launch import (
     ChildProcess,
@@ -40,6 +49,15 @@ from worker.supervisor import JobOutcome, JobSupervisor, Stop
 from worker.warm import WarmStarter
 
 __all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
+
+
+def worker_version() -> str | None:
+    """The installed gluejobs version (GET /v1/workers shows it: a fleet mid-upgrade is visible)."""
+    try:
+        return metadata.version("gluejobs")
+    except metadata.PackageNotFoundError:
+        return None
+
 
 logger = logging.getLogger(__name__)
 
@@ -65,34 +83,113 @@ class Worker:
         self._running: dict[int, JobSupervisor] = {}
         self._finished: list[JobSupervisor] = []
         self._started = 0
+        self._registered = False
+        self._ready = False  # whether the last database access of the loop succeeded
+        self._backoff = Backoff(base_s=min(1.0, settings.poll_interval_s), cap_s=30.0)
+        self._touched_at = 0.0
+        self._state: WorkerState | None = None
 
     # --- the loop -----------------------------------------------------------------------------------
 
     def run(self, *, exit_when_idle: bool = False, max_jobs: int | None = None) -> list[JobOutcome]:
         """Work until stopped (or, with exit_when_idle, until nothing is queued that fits and nothing
-        runs; with max_jobs, until that many jobs have run)."""
+        runs; with max_jobs, until that many jobs have run). An unreachable database never ends it."""
         if self.warm is not None:
-            self.warm.start()  # before any supervisor thread exists
-        self._register()
+            self.warm.start()  # the template imports while the worker registers: the first job finds it warm
         outcomes: list[JobOutcome] = []
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
                 outcomes += self._collect_finished()
-                if max_jobs is not None and self._started >= max_jobs:
-                    if not self._busy():
+                try:
+                    if not self._registered:
+                        self._register()
+                    self._touch()
+                    if max_jobs is not None and self._started >= max_jobs:
+                        if not self._busy():
+                            break
+                    elif self.pool.free and self._claim_and_start():
+                        continue  # fill the next free device at once
+                    elif exit_when_idle and not self._busy() and not self._retry_pending():
                         break
-                elif self.pool.free and self._claim_and_start():
-                    continue  # fill the next free device at once
-                elif exit_when_idle and not self._busy():
-                    break
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self._database_away(exc)
+                    continue
+                self._database_back()
                 self._wake.wait(self.settings.poll_interval_s)
         finally:
             self._stopping.set()  # every supervisor hands its job back
+            self._set_state(WorkerState.draining)
             self._join_all()
             outcomes += self._collect_finished()
             self._unregister(len(outcomes))
         return outcomes
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wait_stopping(self, timeout_s: float) -> bool:
+        return self._stopping.wait(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the worker reaches its database (False while it waits for it to come back)."""
+        return self._ready
+
+    def status(self) -> dict[str, object]:
+        """What the health port answers."""
+        with self._lock:
+            jobs = sorted(self._running)
+        return {
+            "worker_id": self.worker_id,
+            "database_reachable": self._ready,
+            "draining": self._stopping.is_set(),
+            "jobs": jobs,
+            "devices": self.pool.devices,
+        }
+
+    def _database_away(self, exc: BaseException) -> None:
+        delay = self._backoff.next_delay()
+        if self._ready or self._backoff.failures == 1 or self._backoff.failures % 10 == 0:
+            logger.warning(
+                "worker %s: the database is unreachable (try %d); waiting %.1fs: %s",
+                self.worker_id,
+                self._backoff.failures,
+                delay,
+                str(exc).splitlines()[0][:200],
+            )
+        self._ready = False
+        self._stopping.wait(delay)
+
+    def _database_back(self) -> None:
+        if not self._ready and self._backoff.failures:
+            logger.info("worker %s: the database is reachable again", self.worker_id)
+        self._ready = True
+        self._backoff.reset()
+
+    def _touch(self) -> None:
+        """The worker's own heartbeat (and state) on its row, at most every heartbeat_s: an idle
+        worker's poll costs a read, and this small write now and then."""
+        state = WorkerState.busy if self._busy() else WorkerState.idle
+        now = time.monotonic()
+        if state == self._state and now - self._touched_at < max(
+            self.settings.heartbeat_s, self.settings.lease_s / 4
+        ):
+            return
+        with self.db.session() as session:
+            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
+        self._state, self._touched_at = state, now
+
+    def _set_state(self, state: WorkerState) -> None:
+        try:
+            with self.db.session() as session:
+                jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
+            self._state = state
+        except Exception as exc:
+            logger.warning("worker %s: could not record its state %s: %s", self.worker_id, state, exc)
 
     def stop(self) -> None:
         """Stop taking work; running jobs are handed back to the queue."""
@@ -115,13 +212,19 @@ class Worker:
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 devices=self.pool.devices,
+                version=worker_version(),
             )
+            jobs_repo.prune_workers(session)
+        self._registered, self._state, self._touched_at = True, WorkerState.idle, time.monotonic()
         logger.info("worker %s started on %s", self.worker_id, ",".join(self.pool.devices))
 
     def _unregister(self, jobs: int) -> None:
         try:
-            with self.db.session() as session:
-                jobs_repo.worker_stopped(session, worker_id=self.worker_id)
+            if self._registered:
+                with self.db.session() as session:
+                    jobs_repo.worker_stopped(session, worker_id=self.worker_id)
+        except Exception as exc:  # the database is away: the row goes "gone" after a lease
+            logger.warning("worker %s: could not say goodbye: %s", self.worker_id, exc)
         finally:
             logger.info("worker %s stopped after %d job(s)", self.worker_id, jobs)
 
@@ -154,9 +257,17 @@ class Worker:
         supervisor.start()
         return True
 
+    def _retry_pending(self) -> bool:
+        with self.db.session() as session:
+            return jobs_repo.retry_pending(session, max_processes=len(self.pool.devices))
+
     def _recover_expired_leases(self) -> None:
         with self.db.session() as session:
-            for expired in jobs_repo.recover_expired_leases(session):
+            for expired in jobs_repo.recover_expired_leases(
+                session,
+                retry_base_s=self.settings.retry_backoff_s,
+                retry_cap_s=self.settings.retry_backoff_max_s,
+            ):
                 logger.warning(
                     "job %s: its worker stopped heartbeating; %s",
                     expired.job_id,
@@ -170,8 +281,8 @@ class Worker:
         interpreter (one process, or `accelerate launch` for several)."""
         env = job_child_environment(self.settings, job, devices)
         if self.warm is not None and self.warm.serves(job):
-            return self.warm.launch(child_args(job), env, log_path)
-        return SubprocessChild(child_command(job), env, log_path)
+            return self.warm.launch(child_args(job, worker_id=self.worker_id), env, log_path)
+        return SubprocessChild(child_command(job, worker_id=self.worker_id), env, log_path)
 
     def _job_done(self, supervisor: JobSupervisor) -> None:
         """Called on the supervisor's thread when its job has ended and been recorded."""
