@@ -2,10 +2,12 @@
 optimizer step, with the warm start off (a fresh interpreter per job) and on (forked from the
 worker's template process).
 
-    python bench/warm_start_bench.py                  # 20 jobs per mode, MiniLM, SQLite
+    python bench/warm_start_bench.py                  # 20 jobs per mode, a tiny BERT, SQLite
+    python bench/warm_start_bench.py --model minilm --torch-threads 1
     python bench/warm_start_bench.py --jobs 5 --database-url postgresql+psycopg://postgres@127.0.0.1/test
 
-The jobs are small (SST-2's first 32 rows, batch 16, 2 steps) and their data is already tokenised
+The jobs are small (SST-2's first 32 rows, batch 16, 2 steps; a 2-layer, 32-wide BERT over
+MiniLM's vocabulary, or MiniLM itself with --model minilm) and their data is already tokenised
 (a first job, not counted, fills the tokenisation cache). For each mode one worker process drains
 the queue; a warm-up job (not counted) lets the worker and its template start first. Per job:
 the claim is the "claimed by worker" event's time and the first step is the step-1 training
@@ -65,6 +67,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=20, help="jobs per mode (default 20)")
     parser.add_argument("--database-url", default=None, help="default: a SQLite file in the run's folder")
     parser.add_argument("--modes", default="off,on", help="warm start modes to run, in order")
+    parser.add_argument("--model", choices=("tiny", "minilm"), default="tiny")
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="OMP_NUM_THREADS for the jobs (default: torch's own)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
     args = parser.parse_args()
 
@@ -81,12 +87,21 @@ def main() -> int:
         device_lock_dir=root / "locks",
     )
     install_demo_files(settings)
+    spec = {**SPEC, "model_name_or_path": MODEL_NAME if args.model == "minilm" else save_tiny_model(settings)}
+    env = {**child_environment(settings), "HF_HUB_OFFLINE": "1"}
+    if args.torch_threads is not None:
+        env["OMP_NUM_THREADS"] = str(args.torch_threads)
     db = Database(settings.database_url)
     upgrade(db)
-    report: dict[str, Any] = {"jobs_per_mode": args.jobs, "model": MODEL_NAME, "spec": SPEC}
+    report: dict[str, Any] = {
+        "jobs_per_mode": args.jobs,
+        "spec": spec,
+        "torch_threads": args.torch_threads or "default",
+        "cpus": os.cpu_count(),
+    }
     try:
         for mode in args.modes.split(","):
-            report[f"warm_start_{mode}"] = run_mode(db, settings, root, mode == "on", args.jobs)
+            report[f"warm_start_{mode}"] = run_mode(db, spec, env, root, mode == "on", args.jobs)
     finally:
         db.dispose()
         if not args.keep:
@@ -95,8 +110,28 @@ def main() -> int:
     return 0
 
 
-def run_mode(db: Database, settings: Settings, root: Path, warm: bool, jobs: int) -> dict[str, Any]:
-    env = {**child_environment(settings), "GLUEJOBS_WARM_START": str(warm).lower(), "HF_HUB_OFFLINE": "1"}
+def save_tiny_model(settings: Settings) -> str:
+    """A randomly initialised 2-layer BERT over MiniLM's tokenizer (what the tests train)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(settings.models_dir / MODEL_NAME)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    BertModel(config).save_pretrained(settings.models_dir / "tiny-bert")
+    tokenizer.save_pretrained(settings.models_dir / "tiny-bert")
+    return "tiny-bert"
+
+
+def run_mode(
+    db: Database, spec: dict[str, Any], env: dict[str, str], root: Path, warm: bool, jobs: int
+) -> dict[str, Any]:
+    env = {**env, "GLUEJOBS_WARM_START": str(warm).lower()}
     log = root / f"worker-warm-{'on' if warm else 'off'}.log"
     worker = subprocess.Popen(
         [sys.executable, "-m", "worker", "--slots", "1"],
@@ -108,9 +143,9 @@ def run_mode(db: Database, settings: Settings, root: Path, warm: bool, jobs: int
     )
     try:
         # Not counted: fills the tokenisation cache, starts the worker (and its template).
-        drain(db, worker, [submit(db, seed=0)], log)
+        drain(db, worker, [submit(db, spec, seed=0)], log)
         load_before = os.getloadavg()
-        ids = [submit(db, seed=i + 1) for i in range(jobs)]
+        ids = [submit(db, spec, seed=i + 1) for i in range(jobs)]
         started = time.monotonic()
         drain(db, worker, ids, log)
         wall_s = time.monotonic() - started
@@ -136,9 +171,9 @@ def run_mode(db: Database, settings: Settings, root: Path, warm: bool, jobs: int
     }
 
 
-def submit(db: Database, *, seed: int) -> int:
+def submit(db: Database, spec: dict[str, Any], *, seed: int) -> int:
     with db.session() as session:
-        return jobs_repo.create_job(session, spec={**SPEC, "seed": seed}, max_attempts=1).id
+        return jobs_repo.create_job(session, spec={**spec, "seed": seed}, max_attempts=1).id
 
 
 def drain(db: Database, worker: subprocess.Popen[bytes], ids: list[int], log: Path) -> None:

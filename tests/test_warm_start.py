@@ -114,3 +114,30 @@ def test_jobs_that_need_a_fresh_interpreter_are_not_forked() -> None:
     assert WarmStarter.serves(job())
     assert not WarmStarter.serves(job(num_processes=2))  # accelerate launch
     assert not WarmStarter.serves(job(use_deterministic_algorithms=True))  # PYTHONHASHSEED
+
+
+def test_a_local_tokenizers_fingerprint_is_remembered_and_follows_its_files(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """Part of a job's start: the tokenisation cache's key is read from a memo, not re-pickled."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from worker.data import tokenizer_fingerprint
+
+    folder = tmp_path / "tok"
+    shutil.copytree(models_dir / "tiny-bert", folder)
+    memo = tmp_path / "memo"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    computed = tokenizer_fingerprint(tokenizer)
+    assert tokenizer_fingerprint(tokenizer, memo_dir=memo) == computed
+    (remembered,) = memo.iterdir()
+    assert remembered.read_text() == computed
+    assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(folder), memo_dir=memo) == computed
+
+    config = folder / "tokenizer_config.json"
+    config.write_text(config.read_text().replace('"do_lower_case": true', '"do_lower_case": false'))
+    changed = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer_fingerprint(changed, memo_dir=memo) == tokenizer_fingerprint(changed) != computed
+    assert len(list(memo.iterdir())) == 2
