@@ -102,6 +102,14 @@ def test_a_killed_or_cancelled_job_ends_alone_and_the_template_serves_the_next(
         assert forked is not None and int(forked[2]) == template and int(forked[1]) != child
         assert f"[job {done}] worker.training: parameters:" in log  # stderr (logging) lands in the log too
         assert worker.poll() is None and _alive(template)
+
+        os.kill(template, signal.SIGKILL)  # the template itself dies: the worker starts another
+        after = _submit(db, SMALL)
+        wait_for(lambda: _job(db, after).status.is_terminal, timeout_s=120)
+        assert _job(db, after).status == JobStatus.succeeded, _job(db, after).error
+        forked = _forked(settings, after)
+        assert forked is not None and int(forked[2]) != template
+        assert worker.poll() is None
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(60)

@@ -27,11 +27,19 @@ a job whose own variables include such a one (PYTHONHASHSEED, asked for by
 use_deterministic_algorithms) takes the fresh-interpreter path, as do multi-process jobs (`accelerate
 launch`). GLUEJOBS_WARM_START=false turns the warm start off.
 
+What else a start costs, measured with cProfile in a forked child on the shared 2-core machine
+(bench/warm_start_bench.py has the end-to-end figures): the tokenisation cache's key pickled the
+whole tokenizer, 0.5-0.7 s per job (now remembered per tokenizer folder, worker/data.py);
+transformers built its table of about a thousand weight-renaming regular expressions on the first
+from_pretrained, 0.25-0.5 s (now built once in the template); reading the GLUE file 0.1-0.2 s;
+the cached tokenised rows, the weights and the database round trips tens of milliseconds each.
+
 Torch-free: the worker's parent imports this module; only the template imports torch.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
@@ -39,6 +47,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,12 +56,16 @@ from shared.models import Job
 from worker.determinism import job_environment
 from worker.launch import job_processes
 
+logger = logging.getLogger(__name__)
+
 TEMPLATE_MODULE = "worker.template"
 # Variables a job may set that nothing reads before the job's own code runs: safe after a fork.
 # (cuBLAS reads CUBLAS_WORKSPACE_CONFIG when CUDA creates its first handle, in the child.)
 READ_LATE = frozenset({"CUBLAS_WORKSPACE_CONFIG"})
 # What the forkserver reports when it could not learn a child's status (it died first).
 UNKNOWN_STATUS = 255
+LAUNCH_TRIES = 3
+LAUNCH_RETRY_S = 0.5
 
 # multiprocessing keeps module-level bookkeeping of its children and reads a child's exit status
 # from a pipe that two readers would race on: starts and status reads go through this lock.
@@ -77,12 +90,22 @@ class WarmStarter:
         return job_processes(job) == 1 and set(job_environment(job.spec)) <= READ_LATE
 
     def launch(self, argv: list[str], env: Mapping[str, str], log_path: Path) -> WarmChild:
-        process = self._context.Process(
-            target=run_forked_child, args=(argv, dict(env), str(log_path)), name="gluejobs-job", daemon=False
-        )
-        with _PROCESS_LOCK:
-            process.start()
-        return WarmChild(process)
+        for attempt in range(1, LAUNCH_TRIES + 1):
+            process = self._context.Process(
+                target=run_forked_child, args=(argv, dict(env), str(log_path)), name="gluejobs-job"
+            )
+            try:
+                with _PROCESS_LOCK:
+                    process.start()
+                return WarmChild(process)
+            except (EOFError, OSError) as exc:
+                # A template that is dying still takes the request, then hangs up; once it is gone,
+                # the next start finds it dead and starts a fresh one.
+                if attempt == LAUNCH_TRIES:
+                    raise
+                logger.warning("the warm-start template did not answer (%r): trying again", exc)
+                time.sleep(LAUNCH_RETRY_S)
+        raise AssertionError("unreachable")
 
 
 class WarmChild:
