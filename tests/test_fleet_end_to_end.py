@@ -138,6 +138,7 @@ def test_sigkill_of_the_worker_alone_ends_its_job_process_and_another_worker_res
             while running(child.pid):
                 assert time.monotonic() - killed_at < 5, "the orphaned job process kept running"
                 time.sleep(0.05)
+        time.sleep(settings.lease_s + 0.5)  # until the dead worker's lease has run out
 
         run_worker_until_idle(settings, tmp_path / "second.log")
 
