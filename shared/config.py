@@ -69,6 +69,11 @@ class Settings(BaseSettings):
         description="Per-GPU lock files: two workers on one machine never hold the same GPU. Must be the "
         "same folder for every worker of a machine (a machine-wide path, not per checkout)",
     )
+    warm_start: bool = Field(
+        default=True,
+        description="Fork single-process jobs from a template process with torch already imported "
+        "(about a second from claim to first step) instead of starting a fresh interpreter",
+    )
 
     api_keys: KeyList = Field(
         default_factory=list, description="Bearer keys, or sha256:<64 hex digits> digests of them"

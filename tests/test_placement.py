@@ -160,7 +160,7 @@ def _most_at_once(spans: list[tuple[datetime, datetime, int]]) -> int:
     return most
 
 
-@pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_two_workers_with_two_slots_run_eight_jobs_each_once_four_at_a_time(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
 ) -> None:

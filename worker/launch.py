@@ -83,11 +83,16 @@ def terminate(child: ChildProcess, *, grace_s: float) -> None:
             return
 
 
+def child_args(job: Job, *, worker_id: str) -> list[str]:
+    """The arguments of `python -m worker.child`, whichever way the child is started. They carry
+    the claim (worker and attempt) that fences its writes (worker/child.py)."""
+    return ["--job-id", str(job.id), "--worker-id", worker_id, "--attempt", str(job.attempts)]
+
+
 def child_command(job: Job, *, worker_id: str) -> list[str]:
-    """The command of the job's child. It carries the claim (worker and attempt) that fences its
-    writes (worker/child.py)."""
+    """The command of the job's child: `python -m worker.child`, or `accelerate launch` of it."""
     processes = job_processes(job)
-    claim = ["--job-id", str(job.id), "--worker-id", worker_id, "--attempt", str(job.attempts)]
+    claim = child_args(job, worker_id=worker_id)
     if processes == 1:
         return [sys.executable, "-m", "worker.child", *claim]
     # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";

@@ -40,11 +40,13 @@ from worker.devices import DevicePool, cpu_slots
 from worker.launch import (
     ChildProcess,
     SubprocessChild,
+    child_args,
     child_command,
     child_environment,
     job_child_environment,
 )
 from worker.supervisor import JobOutcome, JobSupervisor, Stop
+from worker.warm import WarmStarter
 
 __all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
 
@@ -73,6 +75,8 @@ class Worker:
         self.db = db or Database(settings.database_url)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{token_hex(3)}"
         self.pool = DevicePool(devices or cpu_slots(1))
+        # Single-process jobs fork from a template with torch imported (worker/warm.py).
+        self.warm = WarmStarter() if settings.warm_start else None
         self._stopping = threading.Event()
         self._wake = threading.Event()  # set when a job finishes or the worker is told to stop
         self._lock = threading.Lock()
@@ -90,6 +94,8 @@ class Worker:
     def run(self, *, exit_when_idle: bool = False, max_jobs: int | None = None) -> list[JobOutcome]:
         """Work until stopped (or, with exit_when_idle, until nothing is queued that fits and nothing
         runs; with max_jobs, until that many jobs have run). An unreachable database never ends it."""
+        if self.warm is not None:
+            self.warm.start()  # the template imports while the worker registers: the first job finds it warm
         outcomes: list[JobOutcome] = []
         try:
             while not self._stopping.is_set():
@@ -279,8 +285,11 @@ class Worker:
     # --- running jobs -------------------------------------------------------------------------------
 
     def launch(self, job: Job, devices: list[str], log_path: Path) -> ChildProcess:
-        """Start a job's child in a fresh interpreter (one process, or `accelerate launch`)."""
+        """Start a job's child: forked from the warm template when it can be, else in a fresh
+        interpreter (one process, or `accelerate launch` for several)."""
         env = job_child_environment(self.settings, job, devices)
+        if self.warm is not None and self.warm.serves(job):
+            return self.warm.launch(child_args(job, worker_id=self.worker_id), env, log_path)
         return SubprocessChild(child_command(job, worker_id=self.worker_id), env, log_path)
 
     def _job_done(self, supervisor: JobSupervisor) -> None:
