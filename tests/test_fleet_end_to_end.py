@@ -367,3 +367,16 @@ def test_the_health_port_says_waiting_while_the_database_is_away(
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{missing}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_max_runtime_stops_the_job_as_timeout_without_a_retry(
+    settings_factory: Any, db_url: str, tmp_path: Path
+) -> None:
+    settings = settings_factory(db_url, retry_backoff_s=0.0)
+    with live_api(settings) as client:
+        job = submit(client, {**SPEC, "num_train_epochs": 50, "max_runtime_s": 2})
+        run_worker_until_idle(settings, tmp_path / "worker.log")
+        final = get(client, f"/v1/jobs/{job['id']}")
+    assert final["status"] == "failed" and final["error_code"] == "timeout"
+    assert final["attempts"] == 1 and "max_runtime_s (2.0s)" in final["error"]

@@ -168,7 +168,11 @@ class JobSupervisor:
                 stop = Stop.timeout
             if stop is not None:
                 logger.info("job %s: stopping its process (%s)", self.job.id, stop)
-                terminate(child, grace_s=self.settings.cancel_grace_s)
+                if stop == Stop.lease_lost:
+                    # Another attempt may own the job's folder now: no checkpoint, no last write.
+                    terminate(child, grace_s=0.0, first=signal.SIGKILL)
+                else:  # cancel, timeout: stop at once (SIGINT), no checkpoint to wait for
+                    terminate(child, grace_s=self.settings.cancel_grace_s, first=signal.SIGINT)
                 return stop
         return None
 
