@@ -220,8 +220,8 @@ class JobEvent(Base):
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(Json)
     attempt: Mapped[int | None] = mapped_column(Integer)
-    # Set by a job's process on the events it queues ("<attempt>-<process token>-<sequence>"): a write that committed
-    # but whose acknowledgement was lost is retried without a second row.
+    # Set by a job's process on the events it queues ("<attempt>-<process token>-<sequence>"): a
+    # write that committed but whose acknowledgement was lost is retried without a second row.
     dedup_key: Mapped[str | None] = mapped_column(String(64))
 
 

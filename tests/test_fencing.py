@@ -13,6 +13,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import make_url, select
@@ -348,3 +349,36 @@ def test_thread_safety_of_the_reporter_queue_under_many_producers(db: Database) 
     assert reporter.close(timeout_s=60)
     with db.session() as session, read(session):
         assert len(session.scalars(select(JobMetric.id)).all()) == 60
+
+
+def test_get_workers_every_key_sees_the_fleet_only_an_admin_sees_others_jobs(
+    settings_factory: Any, db_url: str, db: Database
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from shared.config import secret_digest
+
+    settings = settings_factory(db_url, api_keys=["alice-key", "bob-key"], admin_keys=["root-key"])
+    with db.session() as session:
+        jobs_repo.register_worker(
+            session, worker_id="w1", host="gpu-1", pid=42, devices=["0"], version="0.1.0"
+        )
+        job = jobs_repo.create_job(session, spec=SPEC, owner=secret_digest("alice-key"))
+        jobs_repo.claim_next(session, worker_id="w1", lease_s=60)
+    client = TestClient(create_app(settings, db))
+
+    def workers(key: str) -> list[dict[str, Any]]:
+        response = client.get("/v1/workers", headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 200, response.text
+        data: list[dict[str, Any]] = response.json()["data"]
+        return data
+
+    assert client.get("/v1/workers").status_code == 401
+    (alice,) = workers("alice-key")
+    (bob,) = workers("bob-key")
+    (root,) = workers("root-key")
+    assert alice["host"] == "gpu-1" and alice["pid"] == 42 and alice["devices"] == ["0"]
+    assert alice["version"] == "0.1.0" and alice["state"] == "idle"
+    assert [j["id"] for j in alice["jobs"]] == [job.id] and alice["jobs"][0]["attempt"] == 1
+    assert bob["jobs"] == [] and [j["id"] for j in root["jobs"]] == [job.id]

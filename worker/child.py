@@ -62,6 +62,8 @@ class StopRequest:
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
+        # SIGINT stops at once (a cancel, a timeout): KeyboardInterrupt, whatever the parent left.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _handle(self, _signum: int, _frame: FrameType | None) -> None:
         if not self._event.is_set():

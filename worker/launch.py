@@ -73,9 +73,10 @@ class SubprocessChild:
         return True
 
 
-def terminate(child: ChildProcess, *, grace_s: float) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left after the grace period."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+def terminate(child: ChildProcess, *, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
+    """`first` to the child's process group (SIGTERM: a job's process saves a checkpoint at its next
+    step and exits; SIGINT: it stops at once), then SIGKILL what is left after the grace period."""
+    for sig, wait_s in ((first, grace_s), (signal.SIGKILL, None)):
         if not child.signal_group(sig):
             child.wait(None)  # reap it
             return

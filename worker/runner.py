@@ -234,12 +234,20 @@ class Worker:
         """Claim a job that fits in the free devices and start its supervisor; False if none did."""
         self._recover_expired_leases()
         free = self.pool.free
+        started = time.perf_counter()
         with self.db.session() as session:
             job = jobs_repo.claim_next(
                 session, worker_id=self.worker_id, lease_s=self.settings.lease_s, max_processes=free
             )
         if job is None:
             return False
+        # bench/fleet_bench.py reads the claim's duration from this line.
+        logger.info(
+            "claimed job %s (attempt %d) in %.1f ms",
+            job.id,
+            job.attempts,
+            1000 * (time.perf_counter() - started),
+        )
         devices = self.pool.take(job.num_processes)
         supervisor = JobSupervisor(
             job,

@@ -35,7 +35,7 @@ from shared.resilience import Backoff, is_transient
 from worker.launch import ChildProcess, terminate
 from worker.liveness import ORPHANED_EXIT
 from worker.outcome import PREEMPTED_EXIT, clear_errors, log_dir, read_failure
-from worker.reporting import STALE_EXIT
+from worker.reporting import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,8 @@ class JobSupervisor:
         self.outcome: JobOutcome | None = None
         self.thread = threading.Thread(target=self.run, name=f"job-{job.id}", daemon=True)
         self._last_beat = time.monotonic()  # the claim renewed the lease
+        self._beat_failing = False
+        self._logged_silence = 0.0
 
     def start(self) -> None:
         self.thread.start()
@@ -166,7 +168,11 @@ class JobSupervisor:
                 stop = Stop.timeout
             if stop is not None:
                 logger.info("job %s: stopping its process (%s)", self.job.id, stop)
-                terminate(child, grace_s=self.settings.cancel_grace_s)
+                if stop == Stop.lease_lost:
+                    # Another attempt may own the job's folder now: no checkpoint, no last write.
+                    terminate(child, grace_s=0.0, first=signal.SIGKILL)
+                else:  # cancel, timeout: stop at once (SIGINT), no checkpoint to wait for
+                    terminate(child, grace_s=self.settings.cancel_grace_s, first=signal.SIGINT)
                 return stop
         return None
 
@@ -200,16 +206,24 @@ class JobSupervisor:
                 )
         except Exception as exc:  # the database is away: the job trains on; try again next beat
             silent_s = time.monotonic() - self._last_beat
-            logger.warning(
-                "job %s: heartbeat failed (%.0fs since the last one): %s",
-                self.job.id,
-                silent_s,
-                str(exc).splitlines()[0][:200],
-            )
+            if not self._beat_failing or silent_s - self._logged_silence >= OUTAGE_LOG_INTERVAL_S:
+                logger.warning(
+                    "job %s: heartbeat failed (%.0fs since the last one; the lease is %.0fs): %s",
+                    self.job.id,
+                    silent_s,
+                    self.settings.lease_s,
+                    str(exc).splitlines()[0][:200],
+                )
+                self._logged_silence = silent_s
+            self._beat_failing = True
             # A whole lease without a heartbeat: the lease has run out and the job may be another
             # worker's now. (The child's writes are refused from then on anyway.)
             return Stop.lease_lost if silent_s >= self.settings.lease_s else None
-        self._last_beat = time.monotonic()
+        if self._beat_failing:
+            logger.info(
+                "job %s: heartbeat renewed after %.1fs", self.job.id, time.monotonic() - self._last_beat
+            )
+        self._last_beat, self._beat_failing, self._logged_silence = time.monotonic(), False, 0.0
         if status is None:
             return Stop.lease_lost
         return Stop.cancelled if status == JobStatus.cancelling else None
