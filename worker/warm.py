@@ -18,7 +18,9 @@ pyarrow's jemalloc background thread), so the process that forks has exactly one
 
 Isolation is as with a fresh interpreter: each child starts its own session (process group) first
 thing, so a cancel still reaches the whole job with killpg; a crash or an out-of-memory kill ends
-only that child, and the template goes on forking the next. The child's stdout and stderr are its
+only that child, and the template goes on forking the next. Should the template itself die, the
+next job's start finds it dead and starts a fresh one; the jobs it had forked can no longer report
+their exit status, so they are stopped (SIGKILL) and end as killed. The child's stdout and stderr are its
 attempt log, and its environment is replaced by exactly what a fresh child would get (the worker's
 environment, settings, the job's variables and CUDA_VISIBLE_DEVICES) before any job code runs.
 
@@ -81,7 +83,7 @@ class WarmStarter:
 
     def start(self) -> None:
         """Start the template now (it imports in the background), so the first job finds it warm.
-        Call before the worker starts any thread."""
+        The template is a fresh interpreter (fork and exec), whatever threads the worker has."""
         multiprocessing.forkserver.ensure_running()
 
     @staticmethod
