@@ -155,6 +155,13 @@ def main() -> int:
                 .group_by(JobEvent.job_id)
             ).all()
             retried = session.scalar(select(func.count()).select_from(Job).where(Job.attempts > 1))
+            twice = [job_id for job_id, count in claims_per_job if count > 1][:3]
+            evidence = {
+                job_id: session.scalars(
+                    select(JobEvent.message).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+                ).all()
+                for job_id in twice
+            }
         double = sum(1 for _, count in claims_per_job if count > 1) + (retried or 0)
         span_s = (last - first).total_seconds() if first and last else 0.0
         figures: dict[str, Any] = {
@@ -169,6 +176,7 @@ def main() -> int:
             "claim_p50_ms": percentile(claims_ms, 0.50) if claims_ms else None,
             "claim_p99_ms": percentile(claims_ms, 0.99) if claims_ms else None,
             "double_claims": double,
+            "double_claim_events": {str(k): [m[:160] for m in v] for k, v in evidence.items()},
             "api_get_job_requests": len(latencies),
             "api_get_job_p50_ms": percentile(latencies, 0.50) if latencies else None,
             "api_get_job_p99_ms": percentile(latencies, 0.99) if latencies else None,

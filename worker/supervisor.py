@@ -110,7 +110,7 @@ class JobSupervisor:
             logger.info(
                 "job %s: attempt %d on %s, log %s", job.id, job.attempts, ",".join(self.devices), log_path
             )
-            child = self._launch(job, self.devices, log_path)
+            child = self._launch_beating(log_path)
             stopped = self._supervise(child)
             returncode = child.wait(None)
             assert returncode is not None
@@ -148,6 +148,24 @@ class JobSupervisor:
 
         self._while_leased(store, "record where the job runs")
         return log_dir(output_dir) / f"attempt-{self.job.attempts}.log"
+
+    def _launch_beating(self, log_path: Path) -> ChildProcess:
+        """Start the child, heartbeating meanwhile: a start can take longer than a lease (the first
+        fork waits for the warm template's imports; eight workers importing torch at once on two
+        cores took over a minute in bench/fleet_bench.py), and the lease must not run out under it."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.settings.heartbeat_s):
+                self._heartbeat()
+
+        beater = threading.Thread(target=beat, name=f"job-{self.job.id}-start", daemon=True)
+        beater.start()
+        try:
+            return self._launch(self.job, self.devices, log_path)
+        finally:
+            done.set()
+            beater.join()
 
     # --- while the child runs -----------------------------------------------------------------------
 
