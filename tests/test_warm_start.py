@@ -119,9 +119,10 @@ def test_jobs_that_need_a_fresh_interpreter_are_not_forked() -> None:
     def job(**spec: Any) -> Job:
         return Job(id=1, spec={**SMALL, **spec}, num_processes=int(spec.get("num_processes", 1)))
 
-    assert WarmStarter.serves(job())
-    assert not WarmStarter.serves(job(num_processes=2))  # accelerate launch
-    assert not WarmStarter.serves(job(use_deterministic_algorithms=True))  # PYTHONHASHSEED
+    warm = WarmStarter()
+    assert warm.serves(job())
+    assert not warm.serves(job(num_processes=2))  # accelerate launch
+    assert not warm.serves(job(use_deterministic_algorithms=True))  # PYTHONHASHSEED
 
 
 def test_a_local_tokenizers_fingerprint_is_remembered_and_follows_its_files(

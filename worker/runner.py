@@ -95,7 +95,9 @@ class Worker:
         """Work until stopped (or, with exit_when_idle, until nothing is queued that fits and nothing
         runs; with max_jobs, until that many jobs have run). An unreachable database never ends it."""
         if self.warm is not None:
-            self.warm.start()  # the template imports while the worker registers: the first job finds it warm
+            self.warm.start()
+            while not self._stopping.is_set() and not self.warm.wait_ready(self.settings.poll_interval_s):
+                pass  # no claim before the template forks (worker/warm.py)
         outcomes: list[JobOutcome] = []
         try:
             while not self._stopping.is_set():

@@ -80,16 +80,38 @@ class WarmStarter:
     def __init__(self) -> None:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload([TEMPLATE_MODULE])
+        self._ready = threading.Event()
+        self.usable = True  # False once the template has failed to fork at all
 
     def start(self) -> None:
-        """Start the template now (it imports in the background), so the first job finds it warm.
-        The template is a fresh interpreter (fork and exec), whatever threads the worker has."""
+        """Start the template now; it imports in the background and `wait_ready` tells when it
+        forks. The template is a fresh interpreter (fork and exec), whatever threads the worker has."""
         multiprocessing.forkserver.ensure_running()
+        threading.Thread(target=self._first_fork, name="warm-template", daemon=True).start()
 
-    @staticmethod
-    def serves(job: Job) -> bool:
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Whether the template has forked its first (empty) process, after waiting up to timeout_s.
+        A worker claims nothing before: a job it claimed would wait out the template's imports
+        (seconds, longer than a lease on a loaded machine) while another worker could run it."""
+        return self._ready.wait(timeout_s)
+
+    def _first_fork(self) -> None:
+        started = time.monotonic()
+        try:
+            process = self._context.Process(target=_nothing, name="gluejobs-template-check")
+            with _PROCESS_LOCK:
+                process.start()
+            process.join()
+            logger.info("warm-start template ready in %.1f s", time.monotonic() - started)
+        except Exception as exc:  # a template that cannot fork: every job gets a fresh interpreter
+            self.usable = False
+            logger.warning("the warm-start template failed (%r): jobs start fresh interpreters", exc)
+        finally:
+            self._ready.set()
+
+    def serves(self, job: Job) -> bool:
         """Whether the job can run in a forked child (see the module docstring)."""
-        return job_processes(job) == 1 and set(job_environment(job.spec)) <= READ_LATE
+        return self.usable and job_processes(job) == 1 and set(job_environment(job.spec)) <= READ_LATE
 
     def launch(self, argv: list[str], env: Mapping[str, str], log_path: Path) -> WarmChild:
         for attempt in range(1, LAUNCH_TRIES + 1):
@@ -149,6 +171,10 @@ class WarmChild:
             except ProcessLookupError:
                 return False
         return True
+
+
+def _nothing() -> None:
+    """The template's first fork: it answers once the template has imported everything."""
 
 
 def run_forked_child(argv: list[str], env: dict[str, str], log_path: str) -> None:
