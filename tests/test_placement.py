@@ -57,6 +57,9 @@ def test_devices_from_the_command_line_and_the_environment(monkeypatch: pytest.M
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-8a1b2c3d,-1,4")
     assert visible_gpus() == ["2", "GPU-8a1b2c3d"]  # CUDA stops at the first entry it cannot use
     assert resolve_devices(None, None) == ["2", "GPU-8a1b2c3d"]
+    assert resolve_devices("2", None) == ["2"]
+    with pytest.raises(DeviceError, match=r"--devices 0,4: not among this machine's visible GPUs \(2,GPU-"):
+        resolve_devices("0,2,4", None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert resolve_devices(None, None) == ["cpu0"]  # no GPU: one CPU slot
 

@@ -102,11 +102,19 @@ def resolve_devices(devices: str | None, slots: int | None) -> list[str]:
     asked = parse_devices(devices) if devices is not None else None
     if asked == [CPU_PREFIX] or (asked is None and slots is not None):
         return cpu_slots(slots if slots is not None else 1)
+    visible = visible_gpus()
     if asked is not None:
         if slots is not None:
             raise DeviceError("--slots is for the CPU; on GPUs each device runs one job's process")
+        unknown = [d for d in asked if visible and d not in visible]
+        if unknown:
+            raise DeviceError(
+                f"--devices {','.join(unknown)}: not among this machine's visible GPUs ({','.join(visible)})"
+            )
+        if not visible:
+            logger.warning("no GPU is visible here (nvidia-smi -L): trusting --devices %s", ",".join(asked))
         return asked
-    return visible_gpus() or cpu_slots(1)
+    return visible or cpu_slots(1)
 
 
 @dataclass
