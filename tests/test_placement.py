@@ -86,7 +86,8 @@ def _worker_row(db: Database, pid: int) -> WorkerRow | None:
 def test_two_worker_processes_never_share_a_gpu(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
 ) -> None:
-    settings: Settings = settings_factory(db_url, device_lock_dir=tmp_path / "locks")
+    # No job runs here: without the warm-start template the workers start at once.
+    settings: Settings = settings_factory(db_url, device_lock_dir=tmp_path / "locks", warm_start=False)
     first = start_worker(settings, "--devices", "0,1", log=tmp_path / "first.log")
     try:
         row = wait_for(lambda: _worker_row(db, first.pid), timeout_s=60)
