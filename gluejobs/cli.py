@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     ls.add_argument("--json", action="store_true", help="one JSON object a line")
 
+    workers = _client_command(commands, "workers", help="list workers: host, devices, state, current jobs")
+    workers.add_argument("--json", action="store_true", help="one JSON object a line")
+
     show = _client_command(commands, "show", help="a job: status, spec, metrics, checkpoints")
     show.add_argument("job_id", type=int)
     show.add_argument("--json", action="store_true", help="the job as the API returns it")
@@ -296,6 +299,35 @@ def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
     return 0
 
 
+def _workers(args: argparse.Namespace, _extra: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    with _client(args) as client:
+        workers = client.workers.list()
+    if args.json:
+        for worker in workers:
+            print(json.dumps(worker.raw))
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "host", "pid", "state", "devices", "jobs", "heartbeat", "started"):
+        table.add_column(column, justify="right" if column == "pid" else "left")
+    for worker in workers:
+        jobs = ", ".join(f"{job['id']} (attempt {job['attempt']})" for job in worker.jobs) or "-"
+        table.add_row(
+            worker.id,
+            worker.host,
+            str(worker.pid),
+            worker.state,
+            ",".join(worker.devices) or "-",
+            jobs,
+            _when(worker.last_heartbeat_at),
+            _when(worker.started_at),
+        )
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    return 0
+
+
 def _show(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         job = client.jobs.get(args.job_id)
@@ -310,7 +342,7 @@ def _show(args: argparse.Namespace, _extra: list[str]) -> int:
         f"  progress  {_progress(job)}    {_headline(job)}",
     ]
     if job.worker_id:
-        lines.append(f"  worker    {job.worker_id}")
+        lines.append(f"  worker    {job.worker_id} (attempt {job.attempts})")
     if job.error:
         lines.append(f"  error     {job.error_code or 'failed'}: {job.error.splitlines()[0]}")
     for split, values in sorted(job.latest_metrics.items()):
@@ -515,6 +547,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "demo": _demo,
     "submit": _submit,
     "ls": _ls,
+    "workers": _workers,
     "show": _show,
     "cancel": _cancel,
     "logs": _logs,

@@ -20,6 +20,7 @@ from service.routes import (
     stream,
     submissions,
     sweeps,
+    workers,
 )
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     v1.include_router(sweeps.router)
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
+    v1.include_router(workers.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s)

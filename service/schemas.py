@@ -39,6 +39,37 @@ class JobCreate(BaseModel):
     max_attempts: int = Field(default=3, ge=1, le=20, description="Runs before a job whose worker died fails")
 
 
+class WorkerJob(BaseModel):
+    id: int
+    attempt: int
+    status: JobStatus
+    devices: list[str] | None = Field(description="The devices the attempt holds (CUDA indices, CPU slots)")
+
+
+class WorkerPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    host: str
+    pid: int
+    version: str | None
+    devices: list[str] = Field(description="What the worker runs jobs on: CUDA indices or CPU slots")
+    state: str = Field(
+        description="idle, busy, draining (stopping: takes no work, hands its jobs back), stopped (said "
+        "goodbye), or gone (no heartbeat for a lease, without a goodbye)"
+    )
+    started_at: datetime
+    last_heartbeat_at: datetime
+    stopped_at: datetime | None
+    jobs: list[WorkerJob] = Field(
+        description="The jobs it runs now (with a normal key: only that key's own jobs)"
+    )
+
+
+class WorkersPublic(BaseModel):
+    data: list[WorkerPublic]
+
+
 class HeadlineMetric(BaseModel):
     name: str
     value: float | None = Field(description="The newest evaluation's value")
@@ -62,6 +93,15 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
     cancel_requested_at: datetime | None
     error: str | None
+    error_code: str | None = Field(
+        default=None,
+        description="Why it failed: invalid_data, model_load_failed, timeout, internal (not retried); "
+        "out_of_memory, killed, device_error, database_unreachable, worker_lost (retried while attempts "
+        "remain). A queued job keeps its last attempt's code",
+    )
+    not_before: datetime | None = Field(
+        default=None, description="A retried job is not claimed before this time (backoff)"
+    )
     output_dir: str | None
     latest_metrics: dict[str, Any] = Field(description="Per split, the newest value of each metric")
     best_metrics: dict[str, Any] | None = Field(description="The best evaluation by metric_for_best_model")

@@ -51,7 +51,29 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=60.0, gt=0, description="A running job's lease; renewed by heartbeats")
     heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")
     poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
-    cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM→SIGKILL grace for a job's child")
+    cancel_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="SIGTERM→SIGKILL grace for a job's child: on a worker's shutdown, the time it has to "
+        "save a checkpoint at its next step boundary before the job is handed back",
+    )
+    retry_backoff_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="A job that failed for a reason outside itself is retried after this, doubled per "
+        "attempt (capped by GLUEJOBS_RETRY_BACKOFF_MAX_S)",
+    )
+    retry_backoff_max_s: float = Field(default=1800.0, ge=0, description="The longest wait between attempts")
+    device_lock_dir: Path = Field(
+        default=Path("/tmp/gluejobs-devices"),
+        description="Per-GPU lock files: two workers on one machine never hold the same GPU. Must be the "
+        "same folder for every worker of a machine (a machine-wide path, not per checkout)",
+    )
+    warm_start: bool = Field(
+        default=True,
+        description="Fork single-process jobs from a template process with torch already imported "
+        "(about a second from claim to first step) instead of starting a fresh interpreter",
+    )
 
     api_keys: KeyList = Field(
         default_factory=list, description="Bearer keys, or sha256:<64 hex digits> digests of them"

@@ -31,7 +31,9 @@ def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, **kwargs)
+    # `?timeout=S` in the URL sets the busy timeout (how long a writer waits for the lock).
+    timeout_s = float(str(make_url(url).query.get("timeout", SQLITE_BUSY_TIMEOUT_S)))
+    engine = create_engine(url, connect_args={"timeout": timeout_s}, **kwargs)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:

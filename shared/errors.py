@@ -60,6 +60,14 @@ class JobFailed(GluejobsError):
     """The job failed."""
 
 
+class StaleClaim(GluejobsError):
+    """This process's claim on the job is no longer the current one (its lease ran out and the job
+    was handed to another attempt): its writes are refused and it must stop."""
+
+    status_code = 409
+    code = "stale_claim"
+
+
 # Error messages quote at most this much of a value a client sent: enough to recognise it, and a
 # 100,000-character string is not echoed back (nor written to logs) whole.
 QUOTE_CHARS = 40

@@ -21,6 +21,7 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     union_all,
     update,
@@ -30,10 +31,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shared.db import read, write
-from shared.errors import Conflict, NotFound
+from shared.errors import Conflict, NotFound, StaleClaim
 from shared.models import (
     ACTIVE_STATUSES,
     Checkpoint,
+    ErrorCode,
     IdempotencyKey,
     Job,
     JobEvent,
@@ -42,8 +44,10 @@ from shared.models import (
     Json,
     Sweep,
     Worker,
+    WorkerState,
     utcnow,
 )
+from shared.resilience import retry_delay_s
 from shared.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT, greater_is_better
 
 STATE = "state"
@@ -53,6 +57,45 @@ CHECKPOINT = "checkpoint"
 IDEMPOTENCY_KEY_TTL_S = 48 * 3600.0
 # What an idempotency conflict names as its field: the HTTP header that carried the key.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# A worker that has not heartbeated for this long is gone from GET /v1/workers (and its row deleted).
+WORKER_RETENTION_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who runs an attempt of a job: its worker and the attempt's number. A job's process carries
+    its claim, and its writes are accepted only while that claim is the job's current one, so an
+    attempt that outlived its lease (its worker died, the database was away) can neither add rows
+    beside the next attempt's nor declare or delete its checkpoints."""
+
+    job_id: int
+    worker_id: str
+    attempt: int
+
+
+def _fence(session: Session, claim: Claim) -> Job:
+    """The job, locked, when `claim` is its current one (inside the caller's write transaction);
+    else StaleClaim. The row lock orders the check before any claim that would change it."""
+    job = session.scalars(select(Job).where(Job.id == claim.job_id).with_for_update()).one_or_none()
+    _require_current(job, claim)
+    assert job is not None
+    return job
+
+
+def _require_current(job: Job | None, claim: Claim) -> None:
+    if job is None:
+        raise NotFound(f"job {claim.job_id} not found")
+    if job.worker_id != claim.worker_id or job.attempts != claim.attempt or job.status not in ACTIVE_STATUSES:
+        raise StaleClaim(
+            f"job {claim.job_id}: attempt {claim.attempt} of worker {claim.worker_id} is no longer "
+            f"current (the job is {job.status}, attempt {job.attempts}, worker {job.worker_id}); "
+            "its write was refused"
+        )
+
+
+def _check_claim(job_id: int, claim: Claim | None) -> None:
+    if claim is not None and claim.job_id != job_id:
+        raise ValueError(f"a claim on job {claim.job_id} used to write to job {job_id}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -383,9 +426,14 @@ def find_job(session: Session, *, job_id: int) -> Job | None:
 # ------------------------------------------------------------------------------------------------
 
 
-def set_environment(session: Session, *, job_id: int, environment: dict[str, Any]) -> None:
+def set_environment(
+    session: Session, *, job_id: int, environment: dict[str, Any], claim: Claim | None = None
+) -> None:
     """What the running attempt runs with (versions, device, data and weight hashes, the spec)."""
+    _check_claim(job_id, claim)
     with write(session):
+        if claim is not None:
+            _fence(session, claim)
         session.execute(update(Job).where(Job.id == job_id).values(environment=environment))
 
 
@@ -394,16 +442,31 @@ def set_environment(session: Session, *, job_id: int, environment: dict[str, Any
 # ------------------------------------------------------------------------------------------------
 
 
-def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | None:
-    """Claim the next queued job (priority, then age) in one atomic statement, or None.
+def claim_next(
+    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+) -> Job | None:
+    """Claim the next claimable job (priority, then age) in one atomic statement, or None.
 
-    Postgres: the row is picked with FOR UPDATE SKIP LOCKED, so concurrent workers each take a
-    different job without waiting. SQLite: the statement runs under the single write lock.
+    A job is claimable when queued and past its `not_before` (a retry's backoff). With
+    max_processes (the worker's free devices or CPU slots), only a job whose num_processes fits is
+    claimed; a bigger one waits for a worker with that many free.
+
+    Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
+    SQLite a write transaction would serialise against the API's writes). Then Postgres picks the
+    row with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job without
+    waiting; SQLite runs the statement under its single write lock. Both re-check the status.
     """
     now = utcnow()
+    claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
+    if max_processes is not None:
+        claimable.append(Job.num_processes <= max_processes)
+    with read(session):
+        candidate = session.scalars(select(Job.id).where(*claimable).limit(1)).first()
+    if candidate is None:
+        return None
     next_id = (
         select(Job.id)
-        .where(Job.status == JobStatus.queued)
+        .where(*claimable)
         .order_by(Job.priority.desc(), Job.id)
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -419,7 +482,7 @@ def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | Non
             started_at=func.coalesce(Job.started_at, now),
             lease_expires_at=now + timedelta(seconds=lease_s),
             updated_at=now,
-            error=None,
+            not_before=None,
         )
         .returning(Job)
         .execution_options(synchronize_session=False)
@@ -433,17 +496,35 @@ def claim_next(session: Session, *, worker_id: str, lease_s: float) -> Job | Non
                 STATE,
                 f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
                 data={"status": JobStatus.running, "worker_id": worker_id, "attempt": job.attempts},
+                attempt=job.attempts,
             )
     return job
 
 
-def heartbeat(session: Session, *, job_id: int, worker_id: str, lease_s: float) -> JobStatus | None:
-    """Renew the lease; the job's status, or None when this worker no longer holds it."""
+def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
+    """Whether a queued job (that fits) waits for its retry backoff: a worker draining the queue
+    (--exit-when-idle) waits for it rather than leave it behind."""
+    query = select(Job.id).where(Job.status == JobStatus.queued, Job.not_before > utcnow())
+    if max_processes is not None:
+        query = query.where(Job.num_processes <= max_processes)
+    with read(session):
+        return session.scalars(query.limit(1)).first() is not None
+
+
+def heartbeat(
+    session: Session, *, job_id: int, worker_id: str, lease_s: float, attempt: int | None = None
+) -> JobStatus | None:
+    """Renew the lease; the job's status, or None when this worker (and attempt) no longer holds it."""
     now = utcnow()
     with write(session):
         status = session.scalars(
             update(Job)
-            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .where(
+                Job.id == job_id,
+                Job.worker_id == worker_id,
+                Job.status.in_(ACTIVE_STATUSES),
+                *_attempt_is(attempt),
+            )
             .values(lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(Job.status)
         ).one_or_none()
@@ -451,11 +532,19 @@ def heartbeat(session: Session, *, job_id: int, worker_id: str, lease_s: float) 
     return status
 
 
-def set_output_dir(session: Session, *, job_id: int, worker_id: str, output_dir: str) -> None:
+def _attempt_is(attempt: int | None) -> tuple[Any, ...]:
+    return () if attempt is None else (Job.attempts == attempt,)
+
+
+def set_output_dir(
+    session: Session, *, job_id: int, worker_id: str, output_dir: str, devices: Sequence[str] | None = None
+) -> None:
+    """Where the attempt writes, and the devices it holds (CUDA indices or CPU slots)."""
+    values: dict[str, Any] = {"output_dir": output_dir}
+    if devices is not None:
+        values["devices"] = list(devices)
     with write(session):
-        session.execute(
-            update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(output_dir=output_dir)
-        )
+        session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(**values))
 
 
 def finish_job(
@@ -466,32 +555,125 @@ def finish_job(
     status: JobStatus,
     error: str | None = None,
     result: dict[str, Any] | None = None,
+    error_code: ErrorCode | None = None,
+    attempt: int | None = None,
 ) -> bool:
     """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
     now = utcnow()
-    values: dict[str, Any] = {"status": status, "finished_at": now, "lease_expires_at": None, "error": error}
+    values: dict[str, Any] = {
+        "status": status,
+        "finished_at": now,
+        "lease_expires_at": None,
+        "error": error,
+        "error_code": error_code if status == JobStatus.failed else None,
+    }
     if result is not None:
         values["result"] = result
     with write(session):
         done = session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .where(
+                Job.id == job_id,
+                Job.worker_id == worker_id,
+                Job.status.in_(ACTIVE_STATUSES),
+                *_attempt_is(attempt),
+            )
             .values(**values)
             .returning(Job.id)
         ).one_or_none()
         if done is not None:
-            message = f"job {status}" + (f": {error}" if error else "")
+            code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
+            message = f"job {status}{code}" + (f": {error}" if error else "")
             level = "error" if status == JobStatus.failed else "info"
-            _event(session, job_id, STATE, message, level=level, data={"status": status})
+            _event(
+                session,
+                job_id,
+                STATE,
+                message,
+                level=level,
+                data={"status": status, "error_code": code.strip(" []") or None},
+            )
     return done is not None
 
 
-def release_job(session: Session, *, job_id: int, worker_id: str, reason: str) -> bool:
+def fail_job(
+    session: Session,
+    *,
+    job_id: int,
+    worker_id: str,
+    attempt: int,
+    error_code: ErrorCode,
+    error: str,
+    retry_base_s: float,
+    retry_cap_s: float,
+) -> JobStatus | None:
+    """A failed attempt. When the cause lies outside the job (error_code.retryable) and attempts
+    remain, the job is queued again, claimable after an exponential backoff (`not_before`), and the
+    next attempt resumes from the newest checkpoint; else it fails for good. The job keeps the
+    error and its code either way. The job's status after it, or None when the claim was lost.
+
+    A cancel requested meanwhile wins: the job is cancelled instead.
+    """
+    now = utcnow()
+    with write(session):
+        job = session.scalars(
+            select(Job)
+            .where(Job.id == job_id, Job.worker_id == worker_id, Job.attempts == attempt)
+            .where(Job.status.in_(ACTIVE_STATUSES))
+            .with_for_update()
+        ).one_or_none()
+        if job is None:
+            return None
+        job.error, job.error_code, job.lease_expires_at = error, error_code, None
+        if job.status == JobStatus.cancelling:
+            job.status, job.finished_at = JobStatus.cancelled, now
+            _event(
+                session,
+                job_id,
+                STATE,
+                f"job cancelled (its attempt failed: {error_code})",
+                data={"status": job.status},
+            )
+        elif error_code.retryable and job.attempts < job.max_attempts:
+            delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
+            job.status, job.worker_id = JobStatus.queued, None
+            job.not_before = now + timedelta(seconds=delay)
+            _event(
+                session,
+                job_id,
+                STATE,
+                f"attempt {attempt} failed [{error_code}]: {error.splitlines()[0] if error else ''}; "
+                f"retrying in {delay:.0f}s from the newest checkpoint",
+                level="warning",
+                data={"status": job.status, "error_code": error_code, "retry_in_s": delay},
+            )
+        else:
+            job.status, job.finished_at = JobStatus.failed, now
+            why = "" if not error_code.retryable else f" (all {job.max_attempts} attempts spent)"
+            _event(
+                session,
+                job_id,
+                STATE,
+                f"job failed [{error_code}]{why}: {error}",
+                level="error",
+                data={"status": job.status, "error_code": error_code},
+            )
+        return job.status
+
+
+def release_job(
+    session: Session, *, job_id: int, worker_id: str, reason: str, attempt: int | None = None
+) -> bool:
     """Put a job this worker holds back in the queue without spending an attempt (worker shutdown)."""
     with write(session):
         job = session.scalars(
             update(Job)
-            .where(Job.id == job_id, Job.worker_id == worker_id, Job.status == JobStatus.running)
+            .where(
+                Job.id == job_id,
+                Job.worker_id == worker_id,
+                Job.status == JobStatus.running,
+                *_attempt_is(attempt),
+            )
             .values(
                 status=JobStatus.queued,
                 worker_id=None,
@@ -511,14 +693,21 @@ class ExpiredLease:
     requeued: bool
 
 
-def recover_expired_leases(session: Session, *, now: datetime | None = None) -> list[ExpiredLease]:
-    """Jobs whose worker stopped heartbeating go back to the queue while attempts remain, else fail.
+def recover_expired_leases(
+    session: Session, *, now: datetime | None = None, retry_base_s: float = 0.0, retry_cap_s: float = 0.0
+) -> list[ExpiredLease]:
+    """Jobs whose worker stopped heartbeating go back to the queue while attempts remain (claimable
+    after the retry backoff), else fail as worker_lost.
 
     A job that was being cancelled is cancelled instead. The next attempt resumes from the newest
-    checkpoint.
+    checkpoint. With nothing expired, only a read is made (no write lock).
     """
     now = now or utcnow()
     outcomes: list[ExpiredLease] = []
+    expired = (Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
+    with read(session):
+        if session.scalars(select(Job.id).where(*expired).limit(1)).first() is None:
+            return outcomes
     with write(session):
         stale = session.scalars(
             select(Job)
@@ -531,7 +720,9 @@ def recover_expired_leases(session: Session, *, now: datetime | None = None) -> 
                 job.status, job.finished_at = JobStatus.cancelled, now
                 _event(session, job.id, STATE, f"job cancelled ({lost})", data={"status": job.status})
             elif job.attempts < job.max_attempts:
-                job.status = JobStatus.queued
+                job.status, job.error_code = JobStatus.queued, ErrorCode.worker_lost
+                delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
+                job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
                 _event(
                     session,
                     job.id,
@@ -542,6 +733,7 @@ def recover_expired_leases(session: Session, *, now: datetime | None = None) -> 
                 )
             else:
                 job.status, job.finished_at = JobStatus.failed, now
+                job.error_code = ErrorCode.worker_lost
                 job.error = f"{lost}, and all {job.max_attempts} attempts are spent"
                 _event(
                     session,
@@ -576,15 +768,20 @@ def add_metrics(
     job_id: int,
     rows: Iterable[MetricRow],
     best_metric: str | None = None,
+    claim: Claim | None = None,
 ) -> int:
     """Insert metric rows, skipping any (split, name, step) the job already has; the count inserted.
 
     The job's latest metrics (per split) and best evaluation are updated in the same transaction.
+    With `claim`, the write is refused (StaleClaim) unless it is the job's current claim; the rows
+    record its attempt. Repeating the same call (a retry after a lost acknowledgement) adds nothing.
     """
+    _check_claim(job_id, claim)
     rows = list(rows)
     if not rows:
         return 0
     now = utcnow()
+    attempt = claim.attempt if claim is not None else None
     values = [
         {
             "job_id": job_id,
@@ -594,16 +791,18 @@ def add_metrics(
             "name": r.name,
             "value": r.value,
             "created_at": now,
+            "attempt": attempt,
         }
         for r in rows
     ]
     with write(session):
+        # The job's row lock first (and the fence): the same order as every other write of the job.
+        job = _fence(session, claim) if claim is not None else session.get(Job, job_id, with_for_update=True)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
         insert = _insert_for(session)(JobMetric).values(values)
         insert = insert.on_conflict_do_nothing(index_elements=["job_id", "split", "name", "step"])
         inserted = session.execute(insert.returning(JobMetric.id)).all()
-        job = session.get(Job, job_id, with_for_update=True)
-        if job is None:
-            raise NotFound(f"job {job_id} not found")
         latest = dict(job.latest_metrics or {})
         for r in rows:
             split = dict(latest.get(r.split, {}))
@@ -638,8 +837,13 @@ def add_checkpoint(
     path: str,
     metrics: dict[str, float],
     is_best: bool = False,
+    claim: Claim | None = None,
+    dedup_key: str | None = None,
 ) -> None:
+    _check_claim(job_id, claim)
     with write(session):
+        if claim is not None:
+            _fence(session, claim)
         if is_best:
             session.execute(update(Checkpoint).where(Checkpoint.job_id == job_id).values(is_best=False))
         insert = _insert_for(session)(Checkpoint).values(
@@ -664,14 +868,26 @@ def add_checkpoint(
             CHECKPOINT,
             f"checkpoint at step {step}" + (" (best so far)" if is_best else ""),
             data={"step": step, "epoch": epoch, "path": path, "metrics": metrics, "is_best": is_best},
+            attempt=claim.attempt if claim else None,
+            dedup_key=dedup_key,
         )
 
 
-def delete_checkpoints(session: Session, *, job_id: int, steps: Sequence[int]) -> None:
+def delete_checkpoints(
+    session: Session,
+    *,
+    job_id: int,
+    steps: Sequence[int],
+    claim: Claim | None = None,
+    dedup_key: str | None = None,
+) -> None:
     """Forget checkpoints whose folders were removed (save_total_limit)."""
+    _check_claim(job_id, claim)
     if not steps:
         return
     with write(session):
+        if claim is not None:
+            _fence(session, claim)
         session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step.in_(steps)))
         _event(
             session,
@@ -679,6 +895,8 @@ def delete_checkpoints(session: Session, *, job_id: int, steps: Sequence[int]) -
             CHECKPOINT,
             f"removed checkpoint(s) at step {', '.join(map(str, steps))}",
             data={"deleted_steps": list(steps)},
+            attempt=claim.attempt if claim else None,
+            dedup_key=dedup_key,
         )
 
 
@@ -689,14 +907,31 @@ def add_event(
     message: str,
     level: str = "info",
     data: dict[str, Any] | None = None,
+    claim: Claim | None = None,
+    dedup_key: str | None = None,
 ) -> None:
+    """A log event. With `dedup_key`, repeating the call (a retry after a lost acknowledgement)
+    adds nothing."""
+    _check_claim(job_id, claim)
     with write(session):
-        _event(session, job_id, LOG, message, level=level, data=data)
+        if claim is not None:
+            _fence(session, claim)
+        _event(
+            session,
+            job_id,
+            LOG,
+            message,
+            level=level,
+            data=data,
+            attempt=claim.attempt if claim else None,
+            dedup_key=dedup_key,
+        )
 
 
-def set_result(session: Session, *, job_id: int, result: dict[str, Any]) -> None:
+def set_result(session: Session, *, job_id: int, result: dict[str, Any], claim: Claim | None = None) -> None:
+    _check_claim(job_id, claim)
     with write(session):
-        job = session.get(Job, job_id, with_for_update=True)
+        job = _fence(session, claim) if claim is not None else session.get(Job, job_id, with_for_update=True)
         if job is not None:
             job.result = {**(job.result or {}), **result}
 
@@ -709,14 +944,28 @@ def _event(
     *,
     level: str = "info",
     data: dict[str, Any] | None = None,
+    attempt: int | None = None,
+    dedup_key: str | None = None,
 ) -> None:
     # The job's row lock first (a no-op where the caller holds it): one job's events then commit in
     # id order on Postgres too, so a cursor (`after=`, the live stream) never steps over an event
     # that commits late. SQLite's single writer gives that order anyway.
     session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
-    session.add(
-        JobEvent(job_id=job_id, kind=kind, level=level, message=message, data=data, created_at=utcnow())
-    )
+    row = {
+        "job_id": job_id,
+        "kind": kind,
+        "level": level,
+        "message": message,
+        "data": data,
+        "created_at": utcnow(),
+        "attempt": attempt,
+        "dedup_key": dedup_key,
+    }
+    if dedup_key is None:
+        session.add(JobEvent(**row))
+        return
+    insert = _insert_for(session)(JobEvent).values(row)
+    session.execute(insert.on_conflict_do_nothing(index_elements=["job_id", "dedup_key"]))
 
 
 def _insert_for(session: Session) -> Any:
@@ -860,10 +1109,38 @@ def stream_statement(*, job_id: int, after_metric: int, after_event: int, limit:
 # ------------------------------------------------------------------------------------------------
 
 
-def register_worker(session: Session, *, worker_id: str, host: str, pid: int) -> None:
+def register_worker(
+    session: Session,
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    devices: Sequence[str] = (),
+    version: str | None = None,
+) -> None:
     now = utcnow()
     with write(session):
-        session.merge(Worker(id=worker_id, host=host, pid=pid, started_at=now, last_heartbeat_at=now))
+        session.merge(
+            Worker(
+                id=worker_id,
+                host=host,
+                pid=pid,
+                devices=list(devices),
+                version=version,
+                state=WorkerState.idle,
+                started_at=now,
+                last_heartbeat_at=now,
+            )
+        )
+
+
+def touch_worker(session: Session, *, worker_id: str, state: WorkerState | None = None) -> None:
+    """The worker is alive (and, with `state`, idle, busy or draining)."""
+    values: dict[str, Any] = {"last_heartbeat_at": utcnow()}
+    if state is not None:
+        values["state"] = state
+    with write(session):
+        session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
 
 
 def worker_stopped(session: Session, *, worker_id: str) -> None:
@@ -871,3 +1148,85 @@ def worker_stopped(session: Session, *, worker_id: str) -> None:
         session.execute(
             update(Worker).where(Worker.id == worker_id).values(stopped_at=utcnow(), state="stopped")
         )
+
+
+def prune_workers(session: Session, *, now: datetime | None = None) -> int:
+    """Delete workers not heard from for WORKER_RETENTION_S; how many. A read first: usually there
+    are none, and then no write lock is taken."""
+    cutoff = (now or utcnow()) - timedelta(seconds=WORKER_RETENTION_S)
+    with read(session):
+        if (
+            session.scalars(select(Worker.id).where(Worker.last_heartbeat_at < cutoff).limit(1)).first()
+            is None
+        ):
+            return 0
+    with write(session):
+        deleted = session.execute(
+            delete(Worker).where(Worker.last_heartbeat_at < cutoff).returning(Worker.id)
+        ).all()
+    return len(deleted)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker as GET /v1/workers shows it: state "gone" when it stopped heartbeating for a lease
+    without saying goodbye (derived, never stored); its current jobs."""
+
+    id: str
+    host: str
+    pid: int
+    version: str | None
+    devices: list[str]
+    state: str
+    started_at: datetime
+    last_heartbeat_at: datetime
+    stopped_at: datetime | None
+    jobs: list[dict[str, Any]]
+
+
+def list_workers(
+    session: Session, *, lease_s: float, owner: str | None = None, now: datetime | None = None
+) -> list[WorkerView]:
+    """Workers heard from within WORKER_RETENTION_S, newest first, each with the jobs it holds
+    (with `owner`, only that owner's jobs: the workers are shared, the jobs are not)."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=WORKER_RETENTION_S)
+    with read(session):
+        workers = list(
+            session.scalars(
+                select(Worker).where(Worker.last_heartbeat_at >= cutoff).order_by(Worker.started_at.desc())
+            )
+        )
+        query = (
+            select(Job.worker_id, Job.id, Job.attempts, Job.status, Job.devices)
+            .where(Job.worker_id.in_([w.id for w in workers]), Job.status.in_(ACTIVE_STATUSES))
+            .order_by(Job.id)
+        )
+        if owner is not None:
+            query = query.where(Job.owner == owner)
+        held = session.execute(query).all()
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    for worker_id, job_id, attempt, status, devices in held:
+        jobs.setdefault(worker_id or "", []).append(
+            {"id": job_id, "attempt": attempt, "status": status, "devices": devices}
+        )
+    views = []
+    for w in workers:
+        state = w.state
+        if state != WorkerState.stopped and w.last_heartbeat_at < now - timedelta(seconds=lease_s):
+            state = "gone"
+        views.append(
+            WorkerView(
+                id=w.id,
+                host=w.host,
+                pid=w.pid,
+                version=w.version,
+                devices=list(w.devices or []),
+                state=state,
+                started_at=w.started_at,
+                last_heartbeat_at=w.last_heartbeat_at,
+                stopped_at=w.stopped_at,
+                jobs=jobs.get(w.id, []),
+            )
+        )
+    return views

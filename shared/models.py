@@ -40,6 +40,30 @@ class JobStatus(StrEnum):
         return self in TERMINAL_STATUSES
 
 
+class ErrorCode(StrEnum):
+    """Why a job failed (jobs.error_code). The first group is the job's own doing: retrying cannot
+    help, so the job fails at once. The second comes from outside the job: it is retried with
+    backoff while attempts remain, resuming from the newest checkpoint."""
+
+    invalid_data = "invalid_data"  # a file missing or malformed, labels that do not fit, a bad spec
+    model_load_failed = "model_load_failed"
+    timeout = "timeout"  # ran past the spec's max_runtime_s
+    internal = "internal"  # an unexpected exception: a bug, which a retry would only repeat
+    out_of_memory = "out_of_memory"
+    killed = "killed"  # a signal from outside (the OOM killer, an operator), or the interpreter crashed
+    device_error = "device_error"  # CUDA / NCCL failures
+    database_unreachable = "database_unreachable"
+    worker_lost = "worker_lost"  # its worker stopped heartbeating
+
+    @property
+    def retryable(self) -> bool:
+        return self not in _JOB_OWN_FAULTS
+
+
+_JOB_OWN_FAULTS = frozenset(
+    {ErrorCode.invalid_data, ErrorCode.model_load_failed, ErrorCode.timeout, ErrorCode.internal}
+)
+
 TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
 ACTIVE_STATUSES = frozenset({JobStatus.running, JobStatus.cancelling})
 
@@ -183,7 +207,10 @@ class Checkpoint(Base):
 
 class JobEvent(Base):
     __tablename__ = "job_events"
-    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+    __table_args__ = (
+        Index("ix_job_events_job_id_id", "job_id", "id"),
+        UniqueConstraint("job_id", "dedup_key"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -193,6 +220,9 @@ class JobEvent(Base):
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(Json)
     attempt: Mapped[int | None] = mapped_column(Integer)
+    # Set by a job's process on the events it queues ("<attempt>-<process token>-<sequence>"): a
+    # write that committed but whose acknowledgement was lost is retried without a second row.
+    dedup_key: Mapped[str | None] = mapped_column(String(64))
 
 
 class WorkerState(StrEnum):

@@ -260,6 +260,20 @@ class JobSpec(BaseModel):
         "job's folder",
     )
 
+    # --- running it ------------------------------------------------------------------------------
+    max_runtime_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 24 * 3600,
+        description="Stop an attempt that has run this long: the job fails with error_code timeout "
+        "(not retried)",
+    )
+    noop: bool = Field(
+        default=False,
+        description="For benchmarks of the queue: the job's process starts, reports and succeeds at once, "
+        "without loading data or a model",
+    )
+
     # --- experiment trackers (Accelerate's) -------------------------------------------------------
     with_tracking: bool = Field(
         default=False, description="Report to experiment trackers (report_to; all that the workers serve)"

@@ -71,8 +71,8 @@ def start_worker(settings: Settings, *args: str, log: Path | None = None) -> sub
     )
 
 
-def run_worker_until_idle(settings: Settings, log: Path, timeout_s: float = 600) -> None:
-    worker = start_worker(settings, "--exit-when-idle", log=log)
+def run_worker_until_idle(settings: Settings, log: Path, *args: str, timeout_s: float = 600) -> None:
+    worker = start_worker(settings, "--exit-when-idle", *args, log=log)
     try:
         assert worker.wait(timeout_s) == 0, log.read_text()[-3000:]
     finally:

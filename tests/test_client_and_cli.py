@@ -278,13 +278,11 @@ def _cli_checks(
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_client_lists_workers(
-    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str
+    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = observe_settings(settings_factory, tmp_path, glue_data, db_url)
     with live_api(settings) as http:
         url = str(http.base_url).rstrip("/")
-        if http.get("/v1/workers").status_code == 404:
-            pytest.skip("GET /v1/workers belongs to the fleet issue (6) and is not on this branch")
         worker = start_worker(settings, "--exit-when-idle", log=tmp_path / "worker.log")
         assert worker.wait(60) == 0
         with Client(url) as client:
@@ -297,3 +295,5 @@ def test_the_client_lists_workers(
                 return await client.workers.list()
 
         assert [w.id for w in asyncio.run(listed())] == [workers[0].id]
+        code, out, _ = run_cli(capsys, "workers", "--url", url)
+        assert code == 0 and workers[0].id in out and "stopped" in out

@@ -1,9 +1,16 @@
-"""The child process that runs one job: `python -m worker.child --job-id N --worker-id W`.
+"""The process that runs one attempt of a job:
+`python -m worker.child --job-id N --worker-id W --attempt A`.
 
 Started by the runner (or by `accelerate launch` for several processes), so that a crash, an
 out-of-memory kill or a cancel cannot take the worker down, and GPU memory goes back between jobs.
-The main process writes metrics, checkpoints and events to the database as they happen; on failure
-every process leaves its error in a file the runner reads to say why the job failed.
+
+- It carries its claim (job, worker, attempt): every write is fenced by it (jobs_repo.Claim).
+- It watches its worker and exits within moments of the worker's death (worker/liveness.py).
+- The main process reports through a background flusher (worker/reporting.py): the training loop
+  never waits on the database, and an outage shorter than the lease costs nothing.
+- SIGTERM asks for a checkpoint at the next step boundary; the process then exits with
+  PREEMPTED_EXIT and the worker hands the job back without spending an attempt.
+- On failure every process leaves its error and error code in a file the runner reads.
 """
 
 from __future__ import annotations
@@ -11,103 +18,158 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, TypeVar
 
 from shared import jobs_repo
-from shared.config import get_settings
+from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.errors import GluejobsError
-from shared.jobs_repo import MetricRow
+from shared.jobs_repo import Claim
+from shared.models import Job
+from shared.resilience import Backoff, is_transient
 from shared.spec import JobSpec
 from worker.checkpoints import newest_checkpoint
-from worker.environment import record_environment
-from worker.outcome import error_file
+from worker.liveness import watch_worker
+from worker.outcome import PREEMPTED_EXIT, Failure, classify, write_failure
+from worker.reporting import QueuedReporter
 
 logger = logging.getLogger("worker.child")
 
+T = TypeVar("T")
 
-class DatabaseReporter:
-    """The training loop's Reporter: every call is one short transaction."""
 
-    def __init__(self, db: Database, job_id: int) -> None:
-        self.db = db
-        self.job_id = job_id
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(prog="python -m worker.child")
+    result.add_argument("--job-id", type=int, required=True)
+    result.add_argument("--worker-id", required=True, help="the claim: the worker that holds the job")
+    result.add_argument("--attempt", type=int, required=True, help="the claim: the attempt this is")
+    return result
 
-    def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
-        with self.db.session() as session:
-            jobs_repo.add_event(session, job_id=self.job_id, message=message, level=level, data=data)
 
-    def metrics(
-        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
-    ) -> None:
-        rows = [MetricRow(epoch=epoch, step=step, split=split, name=k, value=v) for k, v in values.items()]
-        with self.db.session() as session:
-            jobs_repo.add_metrics(session, job_id=self.job_id, rows=rows, best_metric=best_metric)
+class StopRequest:
+    """Set by SIGTERM: training saves a checkpoint at the next step boundary and stops."""
 
-    def checkpoint(
-        self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
-    ) -> None:
-        with self.db.session() as session:
-            jobs_repo.add_checkpoint(
-                session,
-                job_id=self.job_id,
-                step=step,
-                epoch=epoch,
-                path=path,
-                metrics=metrics,
-                is_best=is_best,
-            )
+    def __init__(self) -> None:
+        self._event = threading.Event()
 
-    def checkpoints_deleted(self, steps: list[int]) -> None:
-        with self.db.session() as session:
-            jobs_repo.delete_checkpoints(session, job_id=self.job_id, steps=steps)
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        # SIGINT stops at once (a cancel, a timeout): KeyboardInterrupt, whatever the parent left.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+        if not self._event.is_set():
+            logger.info("asked to stop: saving a checkpoint at the next step boundary")
+        self._event.set()
+
+    def __call__(self) -> bool:
+        return self._event.is_set()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m worker.child")
-    parser.add_argument("--job-id", type=int, required=True)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s %(levelname)s [job {args.job_id}] %(name)s: %(message)s"
     )
+    watch_worker()  # first: an orphan must not even start
+    stop = StopRequest()
+    stop.install()
+    claim = Claim(job_id=args.job_id, worker_id=args.worker_id, attempt=args.attempt)
     rank = int(os.environ.get("RANK", "0"))
     settings = get_settings()
     db = Database(settings.database_url)
-    output_dir: Path | None = None
     try:
-        with db.session() as session:
-            job = jobs_repo.get_job(session, job_id=args.job_id)
+        return run_attempt(claim, settings, db, rank=rank, stop_requested=stop)
+    finally:
+        db.dispose()
+
+
+def run_attempt(
+    claim: Claim, settings: Settings, db: Database, *, rank: int, stop_requested: Callable[[], bool]
+) -> int:
+    """One attempt, start to end; the process's exit status."""
+    output_dir: Path | None = None
+    reporter: QueuedReporter | None = None
+    try:
+        job = _until_reachable(lambda: _read_job(db, claim.job_id), settings)
         assert job.output_dir, "the runner sets output_dir before it starts the child"
         output_dir = Path(job.output_dir)
         spec = JobSpec.model_validate(job.spec)
+        reporter = QueuedReporter(db, claim)
+        if spec.noop:
+            if rank == 0:
+                reporter.result({"noop": True})
+            reporter.close()
+            return 0
         if rank == 0:
-            record_environment(db, job, settings)  # versions, device, data and weight hashes
+            reporter.environment(_environment(job, settings))
         resume_from = newest_checkpoint(output_dir / "checkpoints")
         # Imported here so that a broken torch install fails the job with its message, not the import.
-        from worker.training import run_training
+        from worker.training import Preempted, run_training
 
-        result = run_training(
-            spec,
-            settings,
-            output_dir=output_dir,
-            reporter=DatabaseReporter(db, args.job_id),
-            resume_from=resume_from,
-        )
+        try:
+            result = run_training(
+                spec,
+                settings,
+                output_dir=output_dir,
+                reporter=reporter,
+                resume_from=resume_from,
+                stop_requested=stop_requested,
+            )
+        except Preempted as stopped:
+            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": str(stopped.checkpoint)})
+            reporter.close()
+            logger.info("%s", stopped)
+            return PREEMPTED_EXIT
         if rank == 0:
-            with db.session() as session:
-                jobs_repo.set_result(session, job_id=args.job_id, result=result)
+            reporter.result(result)
+        reporter.close()  # every row written before the process says it succeeded
         return 0
     except BaseException as exc:  # the runner must learn why, whatever it was
         message = exc.message if isinstance(exc, GluejobsError) else f"{type(exc).__name__}: {exc}"
-        logger.error("job %s failed: %s\n%s", args.job_id, message, traceback.format_exc())
+        code = classify(exc)
+        logger.error("job %s failed [%s]: %s\n%s", claim.job_id, code, message, traceback.format_exc())
         if output_dir is not None:
-            error_file(output_dir, rank).write_text(message)
+            write_failure(output_dir, rank, Failure(code, message))
+        if reporter is not None:
+            # What was reported before the failure still counts (best effort: the failure itself
+            # may be the database).
+            reporter.close(timeout_s=settings.heartbeat_s)
         return 1
-    finally:
-        db.dispose()
+
+
+def _read_job(db: Database, job_id: int) -> Job:
+    with db.session() as session:
+        return jobs_repo.get_job(session, job_id=job_id)
+
+
+def _until_reachable(read: Callable[[], T], settings: Settings) -> T:
+    """`read()`, retried while the database is away, for up to a lease (the worker hands the job
+    back after that anyway)."""
+    backoff = Backoff(base_s=0.1, cap_s=5.0)
+    deadline = time.monotonic() + settings.lease_s
+    while True:
+        try:
+            return read()
+        except Exception as exc:
+            if not is_transient(exc) or time.monotonic() > deadline:
+                raise
+            logger.warning("the database is unreachable; retrying: %s", str(exc).splitlines()[0][:200])
+            time.sleep(backoff.next_delay())
+
+
+def _environment(job: Job, settings: Settings) -> dict[str, Any]:
+    from worker.environment import environment_record
+
+    return environment_record(job, settings)  # versions, device, data and weight hashes
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ what determines it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -128,7 +129,13 @@ def tokenize_data(
     cache_dir: Path,
 ) -> TokenizedData:
     """Tokenised splits with only the tokenizer's outputs and `labels`, from the cache when possible."""
-    key = cache_key(raw, tokenizer, max_length=max_length, pad_to_max_length=pad_to_max_length)
+    key = cache_key(
+        raw,
+        tokenizer,
+        max_length=max_length,
+        pad_to_max_length=pad_to_max_length,
+        fingerprint_dir=cache_dir / "tokenizer-fingerprints",
+    )
     entry = cache_dir / "tokenized" / key
     expected_rows = _split_rows(raw)
     cached = _load_cache_entry(entry, expected_rows)
@@ -143,7 +150,12 @@ def tokenize_data(
 
 
 def cache_key(
-    raw: RawData, tokenizer: PreTrainedTokenizerBase, *, max_length: int, pad_to_max_length: bool
+    raw: RawData,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_length: int,
+    pad_to_max_length: bool,
+    fingerprint_dir: Path | None = None,
 ) -> str:
     """What the tokenised rows depend on: the source rows, how labels read, and the tokenizer."""
     return digest(
@@ -156,16 +168,48 @@ def cache_key(
             "is_regression": raw.is_regression,
             "max_length": max_length,
             "pad_to_max_length": pad_to_max_length,
-            "tokenizer": tokenizer_fingerprint(tokenizer),
+            "tokenizer": tokenizer_fingerprint(tokenizer, memo_dir=fingerprint_dir),
         }
     )
 
 
-def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+# Files of a model folder that a tokenizer is never loaded from (and that are too big to hash per job).
+_WEIGHT_SUFFIXES = frozenset(
+    {".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt", ".gguf"}
+)
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase, *, memo_dir: Path | None = None) -> str:
     # datasets' Hasher pickles the tokenizer (vocabulary, normaliser, special tokens, init kwargs);
     # the result is the same in every process (tests check this), unlike Python's hash().
     kind = f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}"
-    return f"{kind}:{transformers.__version__}:{Hasher.hash(tokenizer)}"
+    # Pickling a tokenizer costs about half a second per job; a tokenizer loaded from a local folder
+    # is fully determined by its class, the library version and the folder's files, so its
+    # fingerprint is kept in `memo_dir` under the digest of those.
+    source = _tokenizer_source(tokenizer)
+    memo = (
+        memo_dir / f"{digest([kind, transformers.__version__, source])}.txt" if memo_dir and source else None
+    )
+    if memo is not None and memo.is_file():
+        return memo.read_text()
+    fingerprint = f"{kind}:{transformers.__version__}:{Hasher.hash(tokenizer)}"
+    if memo is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        partial = memo.with_name(f"{memo.name}.{uuid.uuid4().hex}")
+        partial.write_text(fingerprint)
+        os.replace(partial, memo)  # whole or absent, whoever writes it
+    return fingerprint
+
+
+def _tokenizer_source(tokenizer: PreTrainedTokenizerBase) -> dict[str, str] | None:
+    """The sha256 of every file of the local folder the tokenizer came from but its weights (the
+    tokenizer's own files and the config.json AutoTokenizer reads); None when it was not loaded from
+    a local folder."""
+    folder = Path(tokenizer.name_or_path)
+    if not tokenizer.name_or_path or not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix not in _WEIGHT_SUFFIXES)
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def _split_rows(raw: RawData) -> dict[str, int]:

@@ -24,10 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from shared import jobs_repo
 from shared.config import Settings
 from shared.data_files import job_data_files
-from shared.db import Database
 from shared.model_files import local_model_folder, weight_files
 from shared.models import Job
 from shared.spec import JobSpec
@@ -43,15 +41,13 @@ HUB_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorc
 REPO = Path(__file__).resolve().parent.parent
 
 
-def record_environment(db: Database, job: Job, settings: Settings) -> None:
-    """Collect the record for the attempt that is starting and store it on the job."""
+def environment_record(job: Job, settings: Settings) -> dict[str, Any]:
+    """The record for the attempt that is starting (a job's process queues its write)."""
     try:
-        environment = collect_environment(JobSpec.model_validate(job.spec), settings, attempt=job.attempts)
+        return collect_environment(JobSpec.model_validate(job.spec), settings, attempt=job.attempts)
     except Exception as exc:  # the record documents a run; it must never be the reason a run fails
         logger.warning("job %s: could not collect the reproducibility record: %s", job.id, exc)
-        environment = {"attempt": job.attempts, "error": f"{type(exc).__name__}: {exc}"}
-    with db.session() as session:
-        jobs_repo.set_environment(session, job_id=job.id, environment=environment)
+        return {"attempt": job.attempts, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def collect_environment(spec: JobSpec, settings: Settings, *, attempt: int | None = None) -> dict[str, Any]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+from typing import TYPE_CHECKING
 
 from shared.config import get_settings
 from shared.db import Database
 from shared.migrate import upgrade
+
+logger = logging.getLogger(__name__)
 
 
 def parser(prog: str = "gluejobs worker") -> argparse.ArgumentParser:
@@ -15,17 +19,80 @@ def parser(prog: str = "gluejobs worker") -> argparse.ArgumentParser:
     )
     result.add_argument("--exit-when-idle", action="store_true", help="drain the queue, then exit")
     result.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    result.add_argument(
+        "--devices",
+        default=None,
+        help="GPUs to run on, as CUDA names them (0,1,3 or GPU-… UUIDs), or `cpu`; default: every "
+        "visible GPU, else the CPU. One job process per GPU; a job with num_processes N needs N free",
+    )
+    result.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="serve GET /healthz (alive) and /readyz (503 while waiting for the database) on this port",
+    )
+    result.add_argument("--health-host", default="0.0.0.0", help="the health port's address (default all)")
+    result.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="on the CPU: how many job processes run at once (default 1)",
+    )
     return result
 
 
+if TYPE_CHECKING:
+    from worker.runner import Worker
+
+
 def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int:
+    from worker.devices import DeviceError, DeviceLocks, resolve_devices
     from worker.runner import Worker
 
     args = parser(prog).parse_args(argv)
     settings = get_settings()
-    db = Database(settings.database_url)
-    upgrade(db)
-    worker = Worker(settings, db)
-    worker.install_signal_handlers()
-    worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
+    locks = DeviceLocks(settings.device_lock_dir)
+    try:
+        wanted = resolve_devices(args.devices, args.slots)
+        devices = locks.acquire(wanted, all_or_error=args.devices is not None)
+    except DeviceError as exc:
+        raise SystemExit(f"{prog}: {exc.message}") from None
+    health = None
+    try:
+        db = Database(settings.database_url)
+        worker = Worker(settings, db, devices=devices)
+        worker.install_signal_handlers()
+        if args.health_port is not None:
+            from worker.health import HealthServer
+
+            health = HealthServer(args.health_port, worker.status, host=args.health_host).start()
+        if not _migrate(db, worker):
+            return 0  # stopped while waiting for the database
+        worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
+    finally:
+        if health is not None:
+            health.stop()
+        locks.release()
     return 0
+
+
+def _migrate(db: Database, worker: Worker) -> bool:
+    """Bring the schema up to date, waiting for the database as long as it takes (a fleet that
+    starts before its database, or during a failover, waits instead of exiting); False when the
+    worker was stopped meanwhile."""
+    from shared.resilience import Backoff, is_transient
+
+    backoff = Backoff(base_s=0.5, cap_s=30.0)
+    while not worker.stopping:
+        try:
+            upgrade(db)
+            return True
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            delay = backoff.next_delay()
+            logger.warning(
+                "the database is unreachable; retrying in %.1fs: %s", delay, str(exc).splitlines()[0]
+            )
+            worker.wait_stopping(delay)
+    return False

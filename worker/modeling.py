@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 class ModelError(JobFailed):
     """The model could not be loaded."""
 
+    failure_code = "model_load_failed"  # the job's error_code (worker/outcome.py)
+
 
 def resolve_model(name_or_path: str, settings: Settings) -> str:
     """The absolute path of the model's folder: under GLUEJOBS_MODELS_DIR, or in the Hub's cache.

@@ -1,15 +1,37 @@
-"""How a job's child tells its runner why it failed: files in the job's output folder.
+"""How a job's process tells its worker why it ended, and what kind of failure it was.
 
-Torch-free, so the runner (which never imports torch) can read them.
+A failing process leaves `logs/error-rank<N>.json` in the job's folder: {"code", "message"}, the
+code an ErrorCode (shared.models). Exit statuses say the rest: PREEMPTED_EXIT (stopped on request
+with a checkpoint), and a death by signal or without an error file (killed, or the interpreter
+crashed). Torch-free, so the runner (which never imports torch) can read it all.
 """
 
 from __future__ import annotations
 
+import json
 import signal
+from dataclasses import dataclass
 from pathlib import Path
+
+from shared.errors import GluejobsError, InvalidSpec, JobFailed
+from shared.models import ErrorCode
+from shared.resilience import is_transient
 
 LOG_DIR = "logs"
 MAX_ERROR_CHARS = 4000
+TAIL_LINES = 20
+# The job's process saved a checkpoint and stopped because it was asked to (its worker is shutting
+# down): the job goes back to the queue without spending an attempt. (EX_TEMPFAIL.)
+PREEMPTED_EXIT = 75
+
+# Words in an exception's text that mark the accelerator or its collectives failing, not the job.
+_DEVICE_MARKERS = ("CUDA error", "NCCL", "cuDNN error", "CUBLAS_STATUS", "device-side assert")
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: ErrorCode
+    message: str
 
 
 def log_dir(output_dir: Path) -> Path:
@@ -19,31 +41,79 @@ def log_dir(output_dir: Path) -> Path:
 def error_file(output_dir: Path, rank: int) -> Path:
     folder = log_dir(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"error-rank{rank}.txt"
+    return folder / f"error-rank{rank}.json"
+
+
+def write_failure(output_dir: Path, rank: int, failure: Failure) -> None:
+    error_file(output_dir, rank).write_text(json.dumps({"code": failure.code, "message": failure.message}))
 
 
 def clear_errors(output_dir: Path) -> None:
-    for path in log_dir(output_dir).glob("error-rank*.txt"):
+    for path in log_dir(output_dir).glob("error-rank*.*"):
         path.unlink(missing_ok=True)
 
 
-def failure_message(output_dir: Path, returncode: int, log_path: Path) -> str:
-    """The child's own account of its failure, else what its exit status and log tell."""
-    errors = sorted(log_dir(output_dir).glob("error-rank*.txt"))
-    if errors:
-        message = errors[0].read_text().strip()
-        return message[:MAX_ERROR_CHARS] or "the job failed without a message"
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        hint = " (killed: out of memory?)" if -returncode == signal.SIGKILL else ""
-        cause = f"the job's process was killed by {name}{hint}"
-    else:
-        cause = f"the job's process exited with status {returncode}"
+def classify(exc: BaseException) -> ErrorCode:
+    """The error code of an exception raised in a job's process."""
+    if isinstance(exc, GluejobsError):
+        code = getattr(exc, "failure_code", None)
+        if code is not None:
+            return ErrorCode(code)
+        if isinstance(exc, (InvalidSpec, JobFailed)):
+            return ErrorCode.invalid_data
+    if type(exc).__name__ == "ValidationError":  # pydantic: a stored spec this version refuses
+        return ErrorCode.invalid_data
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return ErrorCode.out_of_memory
+    text = str(exc)
+    if isinstance(exc, RuntimeError):
+        if "out of memory" in text:
+            return ErrorCode.out_of_memory
+        if any(marker in text for marker in _DEVICE_MARKERS):
+            return ErrorCode.device_error
+    if is_transient(exc):
+        return ErrorCode.database_unreachable
+    return ErrorCode.internal
+
+
+def read_failure(output_dir: Path, returncode: int, log_path: Path) -> Failure:
+    """The process's own account of its failure, else what its exit status tells; with the last
+    lines of its log either way."""
+    failure = _reported(output_dir)
+    if failure is None:
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            hint = " (out of memory?)" if -returncode == signal.SIGKILL else ""
+            cause = f"the job's process was killed by {name}{hint}"
+        else:
+            cause = f"the job's process exited with status {returncode} without saying why"
+        failure = Failure(ErrorCode.killed, cause)
     tail = _tail(log_path)
-    return f"{cause}; last log lines:\n{tail}"[:MAX_ERROR_CHARS] if tail else cause
+    message = f"{failure.message}\n\nlast log lines:\n{tail}" if tail else failure.message
+    return Failure(failure.code, _clip(message))
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def _reported(output_dir: Path) -> Failure | None:
+    for path in sorted(log_dir(output_dir).glob("error-rank*.json")):
+        try:
+            body = json.loads(path.read_text())
+            return Failure(
+                ErrorCode(body["code"]), str(body["message"]).strip() or "failed without a message"
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _clip(message: str) -> str:
+    """Keep the head (the cause) and the tail (the log's last lines) of a long message."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    half = MAX_ERROR_CHARS // 2
+    return f"{message[:half]}\n…\n{message[-half:]}"
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     try:
         with path.open("rb") as f:
             f.seek(0, 2)

@@ -1,9 +1,20 @@
-"""The worker: claim a job → run it in a child process → heartbeat → record the outcome.
+"""The worker: claim jobs while devices are free → run each in a child process under a supervisor
+thread → record the outcomes.
 
-The loop is control flow only; every database access is a jobs_repo call. Nothing here imports
-torch: the parent stays small, and a job's crash, out-of-memory kill or cancel ends only its child.
-SIGTERM/SIGINT stop taking work; a running job is stopped and put back in the queue (without
-spending an attempt), and the next worker resumes it from its newest checkpoint.
+The loop is control flow only; every database access is a jobs_repo call. A worker holds a set of
+devices (GPUs, or CPU slots; worker/devices.py) and claims only jobs whose `num_processes` fits in
+what is free, so it runs as many jobs at once as its devices allow. Each running job has its own
+JobSupervisor thread (worker/supervisor.py) that heartbeats its lease.
+
+Nothing here imports torch: the parent stays small, and a job's crash, out-of-memory kill or cancel
+ends only its child. SIGTERM/SIGINT stop taking work; running jobs are asked for a checkpoint at
+their next step and put back in the queue (without spending an attempt), and the next worker resumes
+each from that checkpoint.
+
+The worker outlives its database: a step of the loop that cannot reach it (lease recovery, claim,
+registration) is logged and retried after a capped, jittered backoff, while the supervisors keep
+heartbeating their jobs as soon as the database answers again. `ready` says which it is now
+(the health port's /readyz).
 """
 
 from __future__ import annotations
@@ -12,11 +23,10 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
-from dataclasses import dataclass
-from enum import StrEnum
+import time
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from secrets import token_hex
 from types import FrameType
@@ -24,67 +34,169 @@ from types import FrameType
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
-from shared.models import Job, JobStatus
-from worker.determinism import job_environment
-from worker.outcome import clear_errors, failure_message, log_dir
+from shared.models import Job, WorkerState
+from shared.resilience import Backoff, is_transient
+from worker.devices import DevicePool, cpu_slots
+from worker.launch import (
+    ChildProcess,
+    SubprocessChild,
+    child_args,
+    child_command,
+    child_environment,
+    job_child_environment,
+)
+from worker.supervisor import JobOutcome, JobSupervisor, Stop
+from worker.warm import WarmStarter
+
+__all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
+
+
+def worker_version() -> str | None:
+    """The installed gluejobs version (GET /v1/workers shows it: a fleet mid-upgrade is visible)."""
+    try:
+        return metadata.version("gluejobs")
+    except metadata.PackageNotFoundError:
+        return None
+
 
 logger = logging.getLogger(__name__)
 
 
-class Stop(StrEnum):
-    """Why the runner stopped a child before it finished."""
-
-    cancelled = "cancelled"
-    lease_lost = "lease_lost"
-    shutdown = "shutdown"
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    job_id: int
-    status: JobStatus | None  # None when the job was handed back (shutdown) or taken away (lease lost)
-    error: str | None = None
-    stopped: Stop | None = None
-
-
 class Worker:
     def __init__(
-        self, settings: Settings, db: Database | None = None, *, worker_id: str | None = None
+        self,
+        settings: Settings,
+        db: Database | None = None,
+        *,
+        worker_id: str | None = None,
+        devices: Sequence[str] | None = None,
     ) -> None:
         self.settings = settings
         self.db = db or Database(settings.database_url)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{token_hex(3)}"
+        self.pool = DevicePool(devices or cpu_slots(1))
+        # Single-process jobs fork from a template with torch imported (worker/warm.py).
+        self.warm = WarmStarter() if settings.warm_start else None
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set when a job finishes or the worker is told to stop
+        self._lock = threading.Lock()
+        self._running: dict[int, JobSupervisor] = {}
+        self._finished: list[JobSupervisor] = []
+        self._started = 0
+        self._registered = False
+        self._ready = False  # whether the last database access of the loop succeeded
+        self._backoff = Backoff(base_s=min(1.0, settings.poll_interval_s), cap_s=30.0)
+        self._touched_at = 0.0
+        self._state: WorkerState | None = None
 
     # --- the loop -----------------------------------------------------------------------------------
 
     def run(self, *, exit_when_idle: bool = False, max_jobs: int | None = None) -> list[JobOutcome]:
-        """Work until stopped (or, with exit_when_idle, until the queue is empty)."""
-        with self.db.session() as session:
-            jobs_repo.register_worker(
-                session, worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid()
-            )
-        logger.info("worker %s started", self.worker_id)
+        """Work until stopped (or, with exit_when_idle, until nothing is queued that fits and nothing
+        runs; with max_jobs, until that many jobs have run). An unreachable database never ends it."""
+        if self.warm is not None:
+            self.warm.start()
+            while not self._stopping.is_set() and not self.warm.wait_ready(self.settings.poll_interval_s):
+                pass  # no claim before the template forks (worker/warm.py)
         outcomes: list[JobOutcome] = []
         try:
-            while not self._stopping.is_set() and (max_jobs is None or len(outcomes) < max_jobs):
-                self._recover_expired_leases()
-                job = self._claim()
-                if job is None:
-                    if exit_when_idle:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                outcomes += self._collect_finished()
+                try:
+                    if not self._registered:
+                        self._register()
+                    self._touch()
+                    if max_jobs is not None and self._started >= max_jobs:
+                        if not self._busy():
+                            break
+                    elif self.pool.free and self._claim_and_start():
+                        continue  # fill the next free device at once
+                    elif exit_when_idle and not self._busy() and not self._retry_pending():
                         break
-                    self._stopping.wait(self.settings.poll_interval_s)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self._database_away(exc)
                     continue
-                outcomes.append(self.run_job(job))
+                self._database_back()
+                self._wake.wait(self.settings.poll_interval_s)
         finally:
-            with self.db.session() as session:
-                jobs_repo.worker_stopped(session, worker_id=self.worker_id)
-            logger.info("worker %s stopped after %d job(s)", self.worker_id, len(outcomes))
+            self._stopping.set()  # every supervisor hands its job back
+            self._set_state(WorkerState.draining)
+            self._join_all()
+            outcomes += self._collect_finished()
+            self._unregister(len(outcomes))
         return outcomes
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wait_stopping(self, timeout_s: float) -> bool:
+        return self._stopping.wait(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the worker reaches its database (False while it waits for it to come back)."""
+        return self._ready
+
+    def status(self) -> dict[str, object]:
+        """What the health port answers."""
+        with self._lock:
+            jobs = sorted(self._running)
+        return {
+            "worker_id": self.worker_id,
+            "database_reachable": self._ready,
+            "draining": self._stopping.is_set(),
+            "jobs": jobs,
+            "devices": self.pool.devices,
+        }
+
+    def _database_away(self, exc: BaseException) -> None:
+        delay = self._backoff.next_delay()
+        if self._ready or self._backoff.failures == 1 or self._backoff.failures % 10 == 0:
+            logger.warning(
+                "worker %s: the database is unreachable (try %d); waiting %.1fs: %s",
+                self.worker_id,
+                self._backoff.failures,
+                delay,
+                str(exc).splitlines()[0][:200],
+            )
+        self._ready = False
+        self._stopping.wait(delay)
+
+    def _database_back(self) -> None:
+        if not self._ready and self._backoff.failures:
+            logger.info("worker %s: the database is reachable again", self.worker_id)
+        self._ready = True
+        self._backoff.reset()
+
+    def _touch(self) -> None:
+        """The worker's own heartbeat (and state) on its row, at most every heartbeat_s: an idle
+        worker's poll costs a read, and this small write now and then."""
+        state = WorkerState.busy if self._busy() else WorkerState.idle
+        now = time.monotonic()
+        if state == self._state and now - self._touched_at < max(
+            self.settings.heartbeat_s, self.settings.lease_s / 4
+        ):
+            return
+        with self.db.session() as session:
+            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
+        self._state, self._touched_at = state, now
+
+    def _set_state(self, state: WorkerState) -> None:
+        try:
+            with self.db.session() as session:
+                jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
+            self._state = state
+        except Exception as exc:
+            logger.warning("worker %s: could not record its state %s: %s", self.worker_id, state, exc)
+
     def stop(self) -> None:
-        """Stop taking work; a running job is handed back to the queue."""
+        """Stop taking work; running jobs are handed back to the queue."""
         self._stopping.set()
+        self._wake.set()
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: FrameType | None) -> None:
@@ -94,180 +206,115 @@ class Worker:
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
-    def _claim(self) -> Job | None:
+    def _register(self) -> None:
         with self.db.session() as session:
-            return jobs_repo.claim_next(session, worker_id=self.worker_id, lease_s=self.settings.lease_s)
+            jobs_repo.register_worker(
+                session,
+                worker_id=self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                devices=self.pool.devices,
+                version=worker_version(),
+            )
+            jobs_repo.prune_workers(session)
+        self._registered, self._state, self._touched_at = True, WorkerState.idle, time.monotonic()
+        logger.info("worker %s started on %s", self.worker_id, ",".join(self.pool.devices))
+
+    def _unregister(self, jobs: int) -> None:
+        try:
+            if self._registered:
+                with self.db.session() as session:
+                    jobs_repo.worker_stopped(session, worker_id=self.worker_id)
+        except Exception as exc:  # the database is away: the row goes "gone" after a lease
+            logger.warning("worker %s: could not say goodbye: %s", self.worker_id, exc)
+        finally:
+            logger.info("worker %s stopped after %d job(s)", self.worker_id, jobs)
+
+    # --- claiming -----------------------------------------------------------------------------------
+
+    def _claim_and_start(self) -> bool:
+        """Claim a job that fits in the free devices and start its supervisor; False if none did."""
+        self._recover_expired_leases()
+        free = self.pool.free
+        started = time.perf_counter()
+        with self.db.session() as session:
+            job = jobs_repo.claim_next(
+                session, worker_id=self.worker_id, lease_s=self.settings.lease_s, max_processes=free
+            )
+        if job is None:
+            return False
+        # bench/fleet_bench.py reads the claim's duration from this line.
+        logger.info(
+            "claimed job %s (attempt %d) in %.1f ms",
+            job.id,
+            job.attempts,
+            1000 * (time.perf_counter() - started),
+        )
+        devices = self.pool.take(job.num_processes)
+        supervisor = JobSupervisor(
+            job,
+            devices,
+            settings=self.settings,
+            db=self.db,
+            worker_id=self.worker_id,
+            launch=self.launch,
+            stopping=self._stopping,
+            on_done=self._job_done,
+        )
+        with self._lock:
+            self._running[job.id] = supervisor
+            self._started += 1
+        supervisor.start()
+        return True
+
+    def _retry_pending(self) -> bool:
+        with self.db.session() as session:
+            return jobs_repo.retry_pending(session, max_processes=len(self.pool.devices))
 
     def _recover_expired_leases(self) -> None:
         with self.db.session() as session:
-            for expired in jobs_repo.recover_expired_leases(session):
+            for expired in jobs_repo.recover_expired_leases(
+                session,
+                retry_base_s=self.settings.retry_backoff_s,
+                retry_cap_s=self.settings.retry_backoff_max_s,
+            ):
                 logger.warning(
                     "job %s: its worker stopped heartbeating; %s",
                     expired.job_id,
                     "requeued" if expired.requeued else "no attempts left",
                 )
 
-    # --- one job --------------------------------------------------------------------------------
+    # --- running jobs -------------------------------------------------------------------------------
 
-    def run_job(self, job: Job) -> JobOutcome:
-        output_dir = (self.settings.artifacts_dir / "jobs" / str(job.id)).resolve()
-        outcome = JobOutcome(job.id, JobStatus.failed, "the worker failed before the job started")
-        try:
-            log_dir(output_dir).mkdir(parents=True, exist_ok=True)
-            clear_errors(output_dir)
-            with self.db.session() as session:
-                jobs_repo.set_output_dir(
-                    session, job_id=job.id, worker_id=self.worker_id, output_dir=str(output_dir)
-                )
-            log_path = log_dir(output_dir) / f"attempt-{job.attempts}.log"
-            logger.info("job %s: attempt %d, log %s", job.id, job.attempts, log_path)
-            returncode, stopped = self._run_child(job, log_path)
-            outcome = self._outcome(job, output_dir, log_path, returncode, stopped)
-        except Exception as exc:  # the worker survives any one job's failure
-            logger.exception("job %s: the worker could not run it", job.id)
-            outcome = JobOutcome(job.id, JobStatus.failed, f"the worker could not run the job: {exc}")
-        finally:
-            self._record(outcome)
-        return outcome
+    def launch(self, job: Job, devices: list[str], log_path: Path) -> ChildProcess:
+        """Start a job's child: forked from the warm template when it can be, else in a fresh
+        interpreter (one process, or `accelerate launch` for several)."""
+        env = job_child_environment(self.settings, job, devices)
+        if self.warm is not None and self.warm.serves(job):
+            return self.warm.launch(child_args(job, worker_id=self.worker_id), env, log_path)
+        return SubprocessChild(child_command(job, worker_id=self.worker_id), env, log_path)
 
-    def _run_child(self, job: Job, log_path: Path) -> tuple[int, Stop | None]:
-        with log_path.open("ab") as log:
-            child = subprocess.Popen(
-                child_command(job),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**child_environment(self.settings), **job_environment(job.spec)},
-                start_new_session=True,  # its own process group: a stop reaches all of `accelerate launch`
-            )
-            stopped = self._supervise(job, child)
-            return child.wait(), stopped
+    def _job_done(self, supervisor: JobSupervisor) -> None:
+        """Called on the supervisor's thread when its job has ended and been recorded."""
+        with self._lock:
+            self._running.pop(supervisor.job.id, None)
+            self._finished.append(supervisor)
+        self.pool.give_back(supervisor.devices)
+        self._wake.set()
 
-    def _supervise(self, job: Job, child: subprocess.Popen[bytes]) -> Stop | None:
-        """Heartbeat while the child runs; stop it on cancel, on a lost lease, or on shutdown."""
-        while True:
-            try:
-                child.wait(timeout=self.settings.heartbeat_s)
-                return None
-            except subprocess.TimeoutExpired:
-                pass
-            stop = Stop.shutdown if self._stopping.is_set() else self._heartbeat(job)
-            if stop is not None:
-                logger.info("job %s: stopping its process (%s)", job.id, stop)
-                terminate(child, grace_s=self.settings.cancel_grace_s)
-                return stop
+    def _busy(self) -> bool:
+        with self._lock:
+            return bool(self._running)
 
-    def _heartbeat(self, job: Job) -> Stop | None:
-        try:
-            with self.db.session() as session:
-                status = jobs_repo.heartbeat(
-                    session, job_id=job.id, worker_id=self.worker_id, lease_s=self.settings.lease_s
-                )
-        except Exception:  # a database blip: keep the job running and try again next beat
-            logger.exception("job %s: heartbeat failed", job.id)
-            return None
-        if status is None:
-            return Stop.lease_lost
-        return Stop.cancelled if status == JobStatus.cancelling else None
+    def _collect_finished(self) -> list[JobOutcome]:
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for supervisor in finished:
+            supervisor.thread.join()
+        return [s.outcome for s in finished if s.outcome is not None]
 
-    def _outcome(
-        self, job: Job, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None
-    ) -> JobOutcome:
-        if stopped == Stop.cancelled:
-            return JobOutcome(job.id, JobStatus.cancelled)
-        if stopped in (Stop.shutdown, Stop.lease_lost):
-            return JobOutcome(job.id, None, stopped=stopped)
-        if returncode == 0:
-            return JobOutcome(job.id, JobStatus.succeeded)
-        return JobOutcome(job.id, JobStatus.failed, failure_message(output_dir, returncode, log_path))
-
-    def _record(self, outcome: JobOutcome) -> None:
-        try:
-            with self.db.session() as session:
-                if outcome.status is not None:
-                    recorded = jobs_repo.finish_job(
-                        session,
-                        job_id=outcome.job_id,
-                        worker_id=self.worker_id,
-                        status=outcome.status,
-                        error=outcome.error,
-                    )
-                    if not recorded:
-                        logger.warning(
-                            "job %s: no longer ours; outcome %s not recorded", outcome.job_id, outcome.status
-                        )
-                elif outcome.stopped == Stop.shutdown:
-                    jobs_repo.release_job(
-                        session,
-                        job_id=outcome.job_id,
-                        worker_id=self.worker_id,
-                        reason=f"worker {self.worker_id} shut down",
-                    )
-        except Exception:
-            # The lease will expire and another worker will pick the job up again.
-            logger.exception("job %s: could not record its outcome", outcome.job_id)
-        logger.info(
-            "job %s: %s%s",
-            outcome.job_id,
-            outcome.status or outcome.stopped,
-            f" ({outcome.error.splitlines()[0]})" if outcome.status and outcome.error else "",
-        )
-
-
-def child_command(job: Job) -> list[str]:
-    processes = int(job.spec.get("num_processes") or 1)
-    if processes == 1:
-        return [sys.executable, "-m", "worker.child", "--job-id", str(job.id)]
-    # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
-    # without a GPU the processes share the CPU over gloo, which is how the tests run it.
-    return [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        str(processes),
-        "--num_machines",
-        "1",
-        "--main_process_port",
-        str(_free_port()),
-        "--dynamo_backend",
-        "no",
-        "--module",
-        "worker.child",
-        "--job-id",
-        str(job.id),
-    ]
-
-
-def _free_port() -> int:
-    """A port for the job's rendezvous: two multi-process jobs on one machine must not share one."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def child_environment(settings: Settings) -> dict[str, str]:
-    """The worker's environment plus its settings, so the child sees exactly what the worker sees."""
-    env = dict(os.environ)
-    for name, value in settings.model_dump().items():
-        if isinstance(value, list):
-            value = ",".join(value)
-        if value is not None:
-            env[f"GLUEJOBS_{name.upper()}"] = str(value)
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def terminate(child: subprocess.Popen[bytes], *, grace_s: float) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left after the grace period."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    def _join_all(self) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for supervisor in running:
+            supervisor.thread.join()

@@ -1,0 +1,154 @@
+"""Starting a job's child process and stopping it: the command, its environment, the process group.
+
+A job runs in a process of its own so that its crash, out-of-memory kill or cancel ends only that
+job. Every child leads its own process group (session), so a stop reaches all of it, `accelerate
+launch` and its ranks included. `ChildProcess` is what the supervisor needs of a child, whichever
+way it was started: here a plain subprocess (cold start, and every multi-process job), in
+worker/warm.py a fork of a template process with torch already imported.
+
+Torch-free: the worker's parent imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from shared.config import Settings
+from shared.models import Job
+from worker.determinism import job_environment
+from worker.devices import cuda_visible_devices
+from worker.liveness import WORKER_PID_ENV
+
+
+class ChildProcess(Protocol):
+    """A running job process that leads its own process group."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The exit status (negative: killed by that signal), or None if still running after timeout."""
+        ...
+
+    def signal_group(self, sig: signal.Signals) -> bool:
+        """Send sig to the child's whole process group; False when it has already gone."""
+        ...
+
+
+class SubprocessChild:
+    """`python -m worker.child …` (or `accelerate launch … worker.child`) as a fresh interpreter."""
+
+    def __init__(self, command: list[str], env: Mapping[str, str], log_path: Path) -> None:
+        with log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,  # its own process group: a stop reaches all of it
+            )
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self._popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, sig: signal.Signals) -> bool:
+        try:
+            os.killpg(self._popen.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def terminate(child: ChildProcess, *, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
+    """`first` to the child's process group (SIGTERM: a job's process saves a checkpoint at its next
+    step and exits; SIGINT: it stops at once), then SIGKILL what is left after the grace period."""
+    for sig, wait_s in ((first, grace_s), (signal.SIGKILL, None)):
+        if not child.signal_group(sig):
+            child.wait(None)  # reap it
+            return
+        if child.wait(wait_s) is not None:
+            return
+
+
+def child_args(job: Job, *, worker_id: str) -> list[str]:
+    """The arguments of `python -m worker.child`, whichever way the child is started. They carry
+    the claim (worker and attempt) that fences its writes (worker/child.py)."""
+    return ["--job-id", str(job.id), "--worker-id", worker_id, "--attempt", str(job.attempts)]
+
+
+def child_command(job: Job, *, worker_id: str) -> list[str]:
+    """The command of the job's child: `python -m worker.child`, or `accelerate launch` of it."""
+    processes = job_processes(job)
+    claim = child_args(job, worker_id=worker_id)
+    if processes == 1:
+        return [sys.executable, "-m", "worker.child", *claim]
+    # `--multi_gpu` is accelerate's name for "one process per device through torch.distributed";
+    # without a GPU the processes share the CPU over gloo, which is how the tests run it.
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        str(_free_port()),
+        "--dynamo_backend",
+        "no",
+        "--module",
+        "worker.child",
+        *claim,
+    ]
+
+
+def job_processes(job: Job) -> int:
+    """How many processes (and so devices or CPU slots) the job runs on."""
+    return max(1, int(job.num_processes or job.spec.get("num_processes") or 1))
+
+
+def _free_port() -> int:
+    """A port for the job's rendezvous: two multi-process jobs on one machine must not share one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """The worker's environment plus its settings, so the child sees exactly what the worker sees."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        if isinstance(value, list):
+            value = ",".join(value)
+        if value is not None:
+            env[f"GLUEJOBS_{name.upper()}"] = str(value)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def job_child_environment(settings: Settings, job: Job, devices: list[str]) -> dict[str, str]:
+    """Everything one job's child starts with: the worker's environment and settings, the job's own
+    variables, only the GPUs it holds, and the worker's pid, which the child watches so that it
+    never outlives its worker (worker/liveness.py)."""
+    return {
+        **child_environment(settings),
+        **job_environment(job.spec),
+        "CUDA_VISIBLE_DEVICES": cuda_visible_devices(devices),
+        WORKER_PID_ENV: str(os.getpid()),
+    }

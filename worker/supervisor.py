@@ -1,0 +1,351 @@
+"""One running job, supervised from a thread of the worker: start its child, heartbeat its lease,
+stop it on cancel / lost lease / timeout / shutdown, and record the outcome.
+
+A worker runs one JobSupervisor per running job, each on its own thread, so each job's lease is
+renewed on its own schedule and a slow job never delays another's heartbeat. Every database access
+is a jobs_repo call in its own short transaction.
+
+The database may go away at any moment. A heartbeat that fails is retried at the next beat; the
+child keeps training (its own writes wait in its flusher). Only once a whole lease has passed
+without a heartbeat is the job taken to be lost: the lease has run out, another worker may hold it,
+so the child is stopped and nothing is recorded. Recording the outcome retries for the same time.
+
+Shutdown (SIGTERM to the worker): the child is asked (SIGTERM) to save a checkpoint at its next
+step boundary; it exits with PREEMPTED_EXIT and the job is handed back without spending an
+attempt. After cancel_grace_s it is killed and handed back all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+from shared import jobs_repo
+from shared.config import Settings
+from shared.db import Database
+from shared.models import ErrorCode, Job, JobStatus
+from shared.resilience import Backoff, is_transient
+from worker.launch import ChildProcess, terminate
+from worker.liveness import ORPHANED_EXIT
+from worker.outcome import PREEMPTED_EXIT, clear_errors, log_dir, read_failure
+from worker.reporting import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Stop(StrEnum):
+    """Why the runner stopped a child before it finished."""
+
+    cancelled = "cancelled"
+    lease_lost = "lease_lost"
+    shutdown = "shutdown"
+    timeout = "timeout"
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_id: int
+    status: JobStatus | None  # None when the job was handed back (shutdown) or taken away (lease lost)
+    error: str | None = None
+    stopped: Stop | None = None
+    error_code: ErrorCode | None = None
+
+
+# Starts a job's child: (job, its devices, its attempt log) → the running child.
+Launcher = Callable[[Job, list[str], Path], ChildProcess]
+
+
+class JobSupervisor:
+    """Runs one claimed job to its outcome; `start()` runs it on a thread of its own."""
+
+    def __init__(
+        self,
+        job: Job,
+        devices: list[str],
+        *,
+        settings: Settings,
+        db: Database,
+        worker_id: str,
+        launch: Launcher,
+        stopping: threading.Event,
+        on_done: Callable[[JobSupervisor], None],
+    ) -> None:
+        self.job = job
+        self.devices = devices
+        self.settings = settings
+        self.db = db
+        self.worker_id = worker_id
+        self._launch = launch
+        self._stopping = stopping  # the worker's: set on shutdown
+        self._on_done = on_done
+        self.outcome: JobOutcome | None = None
+        self.thread = threading.Thread(target=self.run, name=f"job-{job.id}", daemon=True)
+        self._last_beat = time.monotonic()  # the claim renewed the lease
+        self._beat_failing = False
+        self._logged_silence = 0.0
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def run(self) -> JobOutcome:
+        job = self.job
+        output_dir = self.settings.job_dir(job.id)
+        outcome = JobOutcome(
+            job.id,
+            JobStatus.failed,
+            "the worker failed before the job started",
+            error_code=ErrorCode.internal,
+        )
+        try:
+            log_path = self._prepare(output_dir)
+            logger.info(
+                "job %s: attempt %d on %s, log %s", job.id, job.attempts, ",".join(self.devices), log_path
+            )
+            child = self._launch_beating(log_path)
+            stopped = self._supervise(child)
+            returncode = child.wait(None)
+            assert returncode is not None
+            outcome = self._outcome(output_dir, log_path, returncode, stopped)
+        except _LeaseLost:
+            outcome = JobOutcome(job.id, None, stopped=Stop.lease_lost)
+        except Exception as exc:  # the worker survives any one job's failure
+            logger.exception("job %s: the worker could not run it", job.id)
+            outcome = JobOutcome(
+                job.id,
+                JobStatus.failed,
+                f"the worker could not run the job: {exc}",
+                error_code=ErrorCode.internal,
+            )
+        finally:
+            self._record(outcome)
+            self.outcome = outcome
+            self._on_done(self)
+        return outcome
+
+    def _prepare(self, output_dir: Path) -> Path:
+        """The job's folder and its attempt's log; the job row learns both and its devices."""
+        log_dir(output_dir).mkdir(parents=True, exist_ok=True)
+        clear_errors(output_dir)
+
+        def store() -> None:
+            with self.db.session() as session:
+                jobs_repo.set_output_dir(
+                    session,
+                    job_id=self.job.id,
+                    worker_id=self.worker_id,
+                    output_dir=str(output_dir),
+                    devices=self.devices,
+                )
+
+        self._while_leased(store, "record where the job runs")
+        return log_dir(output_dir) / f"attempt-{self.job.attempts}.log"
+
+    def _launch_beating(self, log_path: Path) -> ChildProcess:
+        """Start the child, heartbeating meanwhile: a start can take longer than a lease (the first
+        fork waits for the warm template's imports; eight workers importing torch at once on two
+        cores took over a minute in bench/fleet_bench.py), and the lease must not run out under it."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.settings.heartbeat_s):
+                self._heartbeat()
+
+        beater = threading.Thread(target=beat, name=f"job-{self.job.id}-start", daemon=True)
+        beater.start()
+        try:
+            return self._launch(self.job, self.devices, log_path)
+        finally:
+            done.set()
+            beater.join()
+
+    # --- while the child runs -----------------------------------------------------------------------
+
+    def _supervise(self, child: ChildProcess) -> Stop | None:
+        """Heartbeat while the child runs; stop it on cancel, a lost lease, a timeout or shutdown."""
+        started = time.monotonic()
+        max_runtime_s = self.job.spec.get("max_runtime_s")
+        while child.wait(self.settings.heartbeat_s) is None:
+            if self._stopping.is_set():
+                self._preempt(child)
+                return Stop.shutdown
+            stop = self._heartbeat()
+            if (
+                stop is None
+                and max_runtime_s is not None
+                and time.monotonic() - started > float(max_runtime_s)
+            ):
+                stop = Stop.timeout
+            if stop is not None:
+                logger.info("job %s: stopping its process (%s)", self.job.id, stop)
+                if stop == Stop.lease_lost:
+                    # Another attempt may own the job's folder now: no checkpoint, no last write.
+                    terminate(child, grace_s=0.0, first=signal.SIGKILL)
+                else:  # cancel, timeout: stop at once (SIGINT), no checkpoint to wait for
+                    terminate(child, grace_s=self.settings.cancel_grace_s, first=signal.SIGINT)
+                return stop
+        return None
+
+    def _preempt(self, child: ChildProcess) -> None:
+        """Ask the child for a checkpoint at its next step boundary; kill it after the grace period.
+        The heartbeat goes on meanwhile: a checkpoint of a large model takes a while."""
+        logger.info("job %s: the worker is stopping: asking for a checkpoint", self.job.id)
+        child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.cancel_grace_s
+        while child.wait(min(self.settings.heartbeat_s, max(0.0, deadline - time.monotonic()))) is None:
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "job %s: no checkpoint within %.0fs: killing it",
+                    self.job.id,
+                    self.settings.cancel_grace_s,
+                )
+                child.signal_group(signal.SIGKILL)
+                child.wait(None)
+                return
+            self._heartbeat()
+
+    def _heartbeat(self) -> Stop | None:
+        try:
+            with self.db.session() as session:
+                status = jobs_repo.heartbeat(
+                    session,
+                    job_id=self.job.id,
+                    worker_id=self.worker_id,
+                    lease_s=self.settings.lease_s,
+                    attempt=self.job.attempts,
+                )
+        except Exception as exc:  # the database is away: the job trains on; try again next beat
+            silent_s = time.monotonic() - self._last_beat
+            if not self._beat_failing or silent_s - self._logged_silence >= OUTAGE_LOG_INTERVAL_S:
+                logger.warning(
+                    "job %s: heartbeat failed (%.0fs since the last one; the lease is %.0fs): %s",
+                    self.job.id,
+                    silent_s,
+                    self.settings.lease_s,
+                    str(exc).splitlines()[0][:200],
+                )
+                self._logged_silence = silent_s
+            self._beat_failing = True
+            # A whole lease without a heartbeat: the lease has run out and the job may be another
+            # worker's now. (The child's writes are refused from then on anyway.)
+            return Stop.lease_lost if silent_s >= self.settings.lease_s else None
+        if self._beat_failing:
+            logger.info(
+                "job %s: heartbeat renewed after %.1fs", self.job.id, time.monotonic() - self._last_beat
+            )
+        self._last_beat, self._beat_failing, self._logged_silence = time.monotonic(), False, 0.0
+        if status is None:
+            return Stop.lease_lost
+        return Stop.cancelled if status == JobStatus.cancelling else None
+
+    # --- the outcome --------------------------------------------------------------------------------
+
+    def _outcome(self, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None) -> JobOutcome:
+        job_id = self.job.id
+        if returncode == 0:  # it finished (even while being stopped): that counts
+            return JobOutcome(job_id, JobStatus.succeeded)
+        if stopped == Stop.cancelled:
+            return JobOutcome(job_id, JobStatus.cancelled)
+        if stopped == Stop.timeout:
+            limit = self.job.spec.get("max_runtime_s")
+            return JobOutcome(
+                job_id,
+                JobStatus.failed,
+                f"the attempt ran longer than max_runtime_s ({limit}s) and was stopped",
+                stopped=stopped,
+                error_code=ErrorCode.timeout,
+            )
+        if stopped == Stop.lease_lost or returncode in (STALE_EXIT, ORPHANED_EXIT):
+            return JobOutcome(job_id, None, stopped=Stop.lease_lost)
+        if stopped == Stop.shutdown or returncode == PREEMPTED_EXIT:
+            # Stopped on request (by us, or SIGTERM from outside): hand it back, no attempt spent.
+            return JobOutcome(job_id, None, stopped=Stop.shutdown)
+        failure = read_failure(output_dir, returncode, log_path)
+        return JobOutcome(job_id, JobStatus.failed, failure.message, error_code=failure.code)
+
+    def _record(self, outcome: JobOutcome) -> None:
+        job = self.job
+        try:
+            self._while_leased(lambda: self._store(outcome), "record the outcome")
+        except Exception:
+            # The lease will expire and another worker will pick the job up again.
+            logger.exception("job %s: could not record its outcome", outcome.job_id)
+        logger.info(
+            "job %s: %s%s",
+            job.id,
+            outcome.status or outcome.stopped,
+            f" [{outcome.error_code}] ({outcome.error.splitlines()[0]})"
+            if outcome.status and outcome.error
+            else "",
+        )
+
+    def _store(self, outcome: JobOutcome) -> None:
+        job = self.job
+        with self.db.session() as session:
+            if outcome.status == JobStatus.failed and outcome.error_code is not None:
+                status = jobs_repo.fail_job(
+                    session,
+                    job_id=job.id,
+                    worker_id=self.worker_id,
+                    attempt=job.attempts,
+                    error_code=outcome.error_code,
+                    error=outcome.error or "",
+                    retry_base_s=self.settings.retry_backoff_s,
+                    retry_cap_s=self.settings.retry_backoff_max_s,
+                )
+                recorded = status is not None
+            elif outcome.status is not None:
+                recorded = jobs_repo.finish_job(
+                    session,
+                    job_id=job.id,
+                    worker_id=self.worker_id,
+                    status=outcome.status,
+                    error=outcome.error,
+                    attempt=job.attempts,
+                )
+            elif outcome.stopped == Stop.shutdown:
+                recorded = jobs_repo.release_job(
+                    session,
+                    job_id=job.id,
+                    worker_id=self.worker_id,
+                    attempt=job.attempts,
+                    reason=f"worker {self.worker_id} stopped it at a checkpoint",
+                )
+            else:
+                return
+        if not recorded:
+            logger.warning("job %s: no longer ours; outcome %s not recorded", job.id, outcome.status)
+
+    def _while_leased(self, action: Callable[[], T], what: str) -> T:
+        """`action()`, retried while the database is away, as long as the lease may still hold;
+        _LeaseLost after that."""
+        backoff = Backoff(base_s=0.2, cap_s=5.0)
+        while True:
+            try:
+                result = action()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if time.monotonic() - self._last_beat >= self.settings.lease_s:
+                    logger.error(
+                        "job %s: could not %s within a lease; leaving it to lease recovery", self.job.id, what
+                    )
+                    raise _LeaseLost from exc
+                logger.warning(
+                    "job %s: could not %s (retrying): %s", self.job.id, what, str(exc).splitlines()[0][:200]
+                )
+                time.sleep(backoff.next_delay())
+                continue
+            return result
+
+
+class _LeaseLost(Exception):
+    """The database stayed away for a whole lease: the job is no longer surely this worker's."""
