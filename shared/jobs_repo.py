@@ -900,14 +900,6 @@ def delete_checkpoints(
         )
 
 
-def check_claim(session: Session, *, claim: Claim) -> None:
-    """StaleClaim unless `claim` is the job's current one: asked before deleting files that only
-    the current attempt may touch. A read: it takes no write lock."""
-    with read(session):
-        job = session.get(Job, claim.job_id)
-    _require_current(job, claim)
-
-
 def add_event(
     session: Session,
     *,

@@ -61,7 +61,6 @@ def test_a_stale_attempts_writes_are_refused(db: Database) -> None:
         lambda s: jobs_repo.add_event(s, job_id=first.job_id, message="late", claim=first),
         lambda s: jobs_repo.set_result(s, job_id=first.job_id, result={"late": True}, claim=first),
         lambda s: jobs_repo.set_environment(s, job_id=first.job_id, environment={}, claim=first),
-        lambda s: jobs_repo.check_claim(s, claim=first),
     ]
     with db.session() as session:
         for write in stale_writes:

@@ -53,7 +53,10 @@ def test_compose_runs_the_api_image_and_the_worker_image() -> None:
     assert services["api"]["build"]["target"] == "api"
     assert services["api"]["command"][:2] == ["gluejobs", "serve"]
     assert services["worker"]["build"]["target"] == "worker"
-    assert services["worker"]["command"] == ["gluejobs", "worker"]
+    assert services["worker"]["command"][:2] == ["gluejobs", "worker"]
+    # The worker's health port backs its healthcheck (liveness; /readyz says "waiting" for Postgres).
+    port = services["worker"]["command"][services["worker"]["command"].index("--health-port") + 1]
+    assert f":{port}/healthz" in " ".join(services["worker"]["healthcheck"]["test"])
     # The worker writes job folders that the API serves: both mount the same volume there.
     assert set(services["api"]["volumes"]) == set(services["worker"]["volumes"]) == {"data:/data"}
 

@@ -24,10 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from shared import jobs_repo
 from shared.config import Settings
 from shared.data_files import job_data_files
-from shared.db import Database
 from shared.model_files import local_model_folder, weight_files
 from shared.models import Job
 from shared.spec import JobSpec
@@ -41,13 +39,6 @@ GIT_TIMEOUT_S = 5.0
 RECENT_MTIME_S = 2.0
 HUB_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def record_environment(db: Database, job: Job, settings: Settings) -> None:
-    """Collect the record for the attempt that is starting and store it on the job."""
-    environment = environment_record(job, settings)
-    with db.session() as session:
-        jobs_repo.set_environment(session, job_id=job.id, environment=environment)
 
 
 def environment_record(job: Job, settings: Settings) -> dict[str, Any]:

@@ -93,10 +93,6 @@ def read_failure(output_dir: Path, returncode: int, log_path: Path) -> Failure:
     return Failure(failure.code, _clip(message))
 
 
-def failure_message(output_dir: Path, returncode: int, log_path: Path) -> str:
-    return read_failure(output_dir, returncode, log_path).message
-
-
 def _reported(output_dir: Path) -> Failure | None:
     for path in sorted(log_dir(output_dir).glob("error-rank*.json")):
         try:
