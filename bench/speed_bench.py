@@ -93,6 +93,14 @@ def main() -> int:
     parser.add_argument("--database-url", default=None, help="default: a SQLite file in the run's folder")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=("passive", "active", "inherit"),
+        default="passive",
+        help="OMP_WAIT_POLICY for the worker (default passive: on a machine whose cores other work "
+        "shares, GNU OpenMP's spinning threads make every torch op wait for a descheduled peer; see "
+        "the README's Speed section); inherit: leave the environment's",
+    )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -119,12 +127,15 @@ def main() -> int:
         _install_roberta_base_sized(settings.models_dir)
     env = child_environment(settings)
     env["HF_HUB_OFFLINE"] = "1"
+    if args.omp_wait_policy != "inherit":
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     logs = root / "logs"
     logs.mkdir()
     processes = []
     print(
         f"# speed_bench {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: modes {modes}, seeds "
-        f"{seeds}, {args.train_rows} train rows; load average {_load()}; cpus {os.cpu_count()}",
+        f"{seeds}, {args.train_rows} train rows; load average {_load()}; cpus {os.cpu_count()}; "
+        f"OMP_WAIT_POLICY={env.get('OMP_WAIT_POLICY', '(unset)')}",
         flush=True,
     )
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}

@@ -374,7 +374,9 @@ class _Window:
 
     loss: torch.Tensor
     batches: int = 0
-    grad_norm: float | None = None  # the last optimizer step's, before clipping (as Trainer logs it)
+    # The last optimizer step's, before clipping (as Trainer logs it); a tensor, read only when a row
+    # is logged, so that clipping costs no host sync per step on a GPU.
+    grad_norm: torch.Tensor | None = None
 
     def add(self, loss: torch.Tensor) -> None:
         self.loss += loss.detach().float()
@@ -441,7 +443,7 @@ def _train_epoch(
 
 def train_step(
     run: _Run, batch: dict[str, torch.Tensor], max_grad_norm: float | None
-) -> tuple[Any, float | None]:
+) -> tuple[Any, torch.Tensor | None]:
     """Forward, backward and (once the accumulated batches are in) the optimizer step; the loss,
     and the gradients' norm before clipping when this step clipped them."""
     accelerator = run.accelerator
@@ -451,7 +453,7 @@ def train_step(
         accelerator.backward(loss)
         if max_grad_norm is not None and accelerator.sync_gradients:
             # Trainer's clipping: the global norm over every parameter, unscaled first under fp16.
-            grad_norm = float(accelerator.clip_grad_norm_(run.model.parameters(), max_grad_norm))
+            grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), max_grad_norm)
         run.optimizer.step()
         run.lr_scheduler.step()
         run.optimizer.zero_grad()
@@ -497,7 +499,7 @@ def _log_training(run: _Run, window: _Window) -> None:
     mean_loss = run.accelerator.reduce(window.loss / max(window.batches, 1), reduction="mean")
     values = {"loss": float(mean_loss.item()), "learning_rate": float(run.lr_scheduler.get_last_lr()[0])}
     if window.grad_norm is not None:
-        values["grad_norm"] = window.grad_norm
+        values["grad_norm"] = float(window.grad_norm)
     run.report.metrics(
         step=run.progress.completed_steps, epoch=run.progress.epoch, split=TRAIN_SPLIT, values=values
     )
