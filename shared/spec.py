@@ -95,7 +95,8 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 #   group_eval_by_length    evaluation batches sorted by length, predictions put back in row order
 #   per_device_eval_batch_size 64: sorted batches waste little on padding, so larger ones are cheap
 #   optim                   the fused AdamW kernel (already the default)
-# A job that asks for fp16 keeps it (fast then leaves bf16 alone).
+# A job that asks for fp16 keeps it (fast then leaves bf16 alone): the way to the fast path on GPUs
+# without bf16 (T4, V100).
 FAST_SETTINGS: dict[str, Any] = {
     "group_by_length": True,
     "bf16": True,
@@ -210,8 +211,8 @@ class JobSpec(BaseModel):
         default=False,
         description="The fast path: fills in "
         + ", ".join(f"{k}={v}" for k, v in FAST_SETTINGS.items())
-        + " for those of these fields that the spec leaves out (bf16 not beside fp16); the stored spec "
-        "shows each value",
+        + " for those of these fields that the spec leaves out (bf16 not beside fp16: give fp16 on GPUs "
+        "without bf16); the stored spec shows each value",
     )
 
     # --- LoRA (microsoft/LoRA's run_glue.py options, through PEFT) -------------------------------
