@@ -57,6 +57,8 @@ ROBERTA_BASE_SIZED = "roberta-base-sized"
 # The figures of a job's result the table reports, and how each is printed.
 FIGURES = (
     ("train_samples_per_second", "samples/s", "{:.1f}"),
+    # Per CPU-second of the job's process: robust to other work on shared cores (see the README).
+    ("train_samples_per_cpu_second", "samples/cpu-s", "{:.1f}"),
     ("padded_tokens", "padded tok", "{:,.0f}"),
     ("real_tokens", "real tok", "{:,.0f}"),
     ("padding_efficiency", "pad eff", "{:.3f}"),

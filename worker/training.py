@@ -330,6 +330,9 @@ class _Progress:
     last_save_step: int | None = None
     eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     train_seconds: float = 0.0
+    # This process's CPU time (all its threads) over the same span: what the training cost the machine,
+    # which other work on shared cores does not inflate the way it inflates wall time.
+    train_cpu_seconds: float = 0.0
     train_samples: int = 0
     padded_tokens: int = 0
     real_tokens: int = 0
@@ -402,7 +405,7 @@ def _train_epoch(
     window = _Window(torch.zeros((), device=accelerator.device))
     real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
     real_squared = torch.zeros((), dtype=torch.long, device=accelerator.device)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     done = False
     for batch in loader:
         loss, grad_norm = train_step(run, batch, intervals.max_grad_norm)
@@ -423,15 +426,17 @@ def _train_epoch(
         done = step >= max_train_steps
         if step % intervals.logging_steps == 0 or done:
             _log_training(run, window)
-        paused = time.perf_counter()
+        paused, paused_cpu = time.perf_counter(), time.process_time()
         done = _after_step(run, intervals) or done
         started += time.perf_counter() - paused  # evaluation and saving are not training time
+        started_cpu += time.process_time() - paused_cpu
         if done:
             break
         if _stop_agreed(accelerator, stop_requested):
             _save_checkpoint(run, {}, keep=intervals.save_total_limit)
             raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
     progress.train_seconds += time.perf_counter() - started
+    progress.train_cpu_seconds += time.process_time() - started_cpu
     progress.real_tokens += int(accelerator.reduce(real_tokens, reduction="sum").item())
     progress.real_squared += int(accelerator.reduce(real_squared, reduction="sum").item())
     if window.batches:  # an epoch that ended between two logging steps
@@ -850,6 +855,11 @@ def _finish(
         "train_samples": progress.train_samples,
         "train_runtime_s": round(progress.train_seconds, 3),
         "train_samples_per_second": round(progress.train_samples / max(progress.train_seconds, 1e-9), 3),
+        # The main process's CPU seconds (per process: several processes each spend about as much).
+        "train_cpu_s": round(progress.train_cpu_seconds, 3),
+        "train_samples_per_cpu_second": round(
+            progress.train_samples / accelerator.num_processes / max(progress.train_cpu_seconds, 1e-9), 3
+        ),
         "padded_tokens": progress.padded_tokens,
         "real_tokens": progress.real_tokens,
         **usage,
