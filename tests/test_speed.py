@@ -193,7 +193,7 @@ def test_result_accounts_for_tokens_and_flops(
     seconds = result["train_runtime_s"]
     assert result["real_tokens_per_second"] == pytest.approx(result["real_tokens"] / seconds, rel=0.01)
     assert result["padded_tokens_per_second"] >= result["real_tokens_per_second"]
-    assert 0 < result["train_cpu_s"]
+    assert result["train_cpu_s"] > 0
     assert result["train_samples_per_cpu_second"] == pytest.approx(96 / result["train_cpu_s"], rel=0.01)
 
     # FLOPs: 6·N per token (everything trains) plus attention's 12·layers·hidden·S² per sequence.
