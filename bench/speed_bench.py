@@ -210,6 +210,7 @@ def _run_job(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
             for k in (
                 "fast",
                 "group_by_length",
+                "shuffle_length_groups",
                 "bf16",
                 "group_eval_by_length",
                 "per_device_eval_batch_size",

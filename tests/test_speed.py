@@ -5,6 +5,7 @@ Timings belong in bench/speed_bench.py; these pin what the figures mean and what
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from gluejobs.cli import main
 from service.main import create_app
@@ -54,6 +56,7 @@ def test_fast_fills_in_the_documented_settings_and_given_values_win() -> None:
     assert {key: getattr(spec, key) for key in FAST_SETTINGS} == FAST_SETTINGS
     assert FAST_SETTINGS == {
         "group_by_length": True,
+        "shuffle_length_groups": True,
         "bf16": True,
         "group_eval_by_length": True,
         "per_device_eval_batch_size": 64,
@@ -66,6 +69,7 @@ def test_fast_fills_in_the_documented_settings_and_given_values_win() -> None:
         {**BASE, "fast": "true", "group_by_length": False, "per_device_eval_batch_size": 8}
     )
     assert (given.group_by_length, given.per_device_eval_batch_size, given.bf16) == (False, 8, True)
+    assert not given.shuffle_length_groups  # nothing to shuffle without length groups
     # fp16 asked for: fast keeps it rather than adding a second mixed precision.
     assert JobSpec.model_validate({**BASE, "fast": True, "fp16": True}).mixed_precision == "fp16"
     # Without the switch nothing changes: the faithful spec.
@@ -267,3 +271,34 @@ def test_bf16_job_on_cpu_pads_to_no_multiple_and_reports_its_fp32_modules(
     assert any("in fp32: bert.pooler, classifier" in line for line in reporter.logs)
     assert result["peak_flops_source"].startswith("measured") and "bfloat16" in result["peak_flops_source"]
     assert result["final_metrics"]["accuracy"] >= 0
+
+
+# --- shuffled length groups --------------------------------------------------------------------------------
+
+
+def test_shuffled_length_groups_are_trainers_batches_in_another_order() -> None:
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from worker.training import ShuffledLengthGroups
+
+    lengths = [int(n) for n in np.random.default_rng(0).integers(3, 60, size=1000)]  # 31 batches of 32 + 8
+
+    def batches(sampler: LengthGroupedSampler, seed: int) -> list[list[int]]:
+        sampler.generator = torch.Generator().manual_seed(seed)
+        indices = list(sampler)
+        return [indices[i : i + 32] for i in range(0, len(indices), 32)]
+
+    trainers = batches(LengthGroupedSampler(32, lengths=lengths), 7)
+    shuffled = batches(ShuffledLengthGroups(32, lengths=lengths), 7)
+    assert sorted(map(sorted, shuffled)) == sorted(map(sorted, trainers))  # the same batches
+    assert shuffled != trainers
+    assert shuffled[-1] == trainers[-1] and len(shuffled[-1]) == 8  # the partial batch stays last
+    assert shuffled == batches(ShuffledLengthGroups(32, lengths=lengths), 7)  # one order per seed
+    # Trainer's runs from long to short are broken up: lengths no longer fall batch after batch.
+    longest = [max(lengths[i] for i in batch) for batch in shuffled[:-1]]
+    assert sum(a >= b for a, b in itertools.pairwise(longest)) < 0.8 * len(longest)
+
+
+def test_shuffle_length_groups_needs_group_by_length() -> None:
+    with pytest.raises(ValidationError, match="shuffle_length_groups needs group_by_length"):
+        JobSpec.model_validate({**BASE, "shuffle_length_groups": True})

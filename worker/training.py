@@ -14,7 +14,7 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -186,6 +186,7 @@ def _train(
         tokenizer,
         pad_to_max_length=spec.pad_to_max_length,
         group_by_length=spec.group_by_length,
+        shuffle_length_groups=spec.shuffle_length_groups,
         group_eval_by_length=spec.group_eval_by_length,
         train_batch_size=spec.per_device_train_batch_size,
         eval_batch_size=spec.per_device_eval_batch_size,
@@ -719,6 +720,7 @@ def make_dataloaders(
     *,
     pad_to_max_length: bool,
     group_by_length: bool,
+    shuffle_length_groups: bool = False,
     group_eval_by_length: bool = False,
     train_batch_size: int,
     eval_batch_size: int,
@@ -731,7 +733,8 @@ def make_dataloaders(
     if group_by_length:
         # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
         lengths = pyarrow.compute.list_value_length(data.train.data.column("input_ids")).to_pylist()
-        sampler = LengthGroupedSampler(train_batch_size, lengths=lengths)
+        grouped = ShuffledLengthGroups if shuffle_length_groups else LengthGroupedSampler
+        sampler = grouped(train_batch_size, lengths=lengths)
     train = DataLoader(
         data.train,
         shuffle=sampler is None,
@@ -750,6 +753,24 @@ def make_dataloaders(
             rows, orders[split] = longest_first(rows)
         evals[split] = DataLoader(rows, collate_fn=collate, batch_size=eval_batch_size)
     return train, evals, sampler, orders
+
+
+class ShuffledLengthGroups(LengthGroupedSampler):
+    """LengthGroupedSampler's batches, in a shuffled order.
+
+    Trainer's sampler sorts megabatches of 50 batches by length, so an epoch runs as a few stretches
+    of batches from the longest rows to the shortest. These are the same batches (the same rows
+    together, so the same padding), drawn in a random order (from the same generator, so a seed and
+    an epoch give one order); a last, partial batch stays last, where the DataLoader cuts it."""
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        size = self.batch_size
+        full = len(indices) // size
+        batches = [indices[i * size : (i + 1) * size] for i in range(full)]
+        for position in torch.randperm(full, generator=self.generator).tolist():
+            yield from batches[position]
+        yield from indices[full * size :]
 
 
 def pad_multiple(accelerator: Accelerator) -> int | None:
