@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--config", type=Path, help="TrainingArguments and data/model arguments in a JSON or YAML file"
     )
+    submit.add_argument(
+        "--fast",
+        action="store_true",
+        help="the fast path (spec field fast: true): length-grouped batches, bf16 with an fp32 head, sorted "
+        "evaluation; values given beside it win. --dry-run shows what it sets",
+    )
     submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
 
@@ -209,7 +215,12 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
 
     try:
         spec = submission_spec(
-            extra, script=args.script, config=args.config, dry_run=args.dry_run, err=sys.stderr
+            extra,
+            script=args.script,
+            config=args.config,
+            dry_run=args.dry_run,
+            err=sys.stderr,
+            fast=args.fast,
         )
     except ScriptArgsError as exc:
         raise CliError(str(exc)) from exc

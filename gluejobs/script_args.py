@@ -197,7 +197,13 @@ def config_file_to_spec(path: Path, *, overrides: list[str] | None = None) -> Tr
 
 
 def submission_spec(
-    extra: list[str], *, script: Path | None, config: Path | None, dry_run: bool, err: TextIO
+    extra: list[str],
+    *,
+    script: Path | None,
+    config: Path | None,
+    dry_run: bool,
+    err: TextIO,
+    fast: bool = False,
 ) -> dict[str, Any]:
     """What `gluejobs submit` sends: from a script file, a config file, or the command line in
     `extra` (with a file, `extra` holds flags that override its values). Notes go to `err`; with
@@ -214,6 +220,8 @@ def submission_spec(
         translation = config_file_to_spec(config, overrides=extra)
     else:
         translation = command_to_spec(extra)
+    if fast:  # `gluejobs submit --fast`: the spec's switch (shared.spec.FAST_SETTINGS)
+        translation.spec["fast"] = True
     for note in translation.notes:
         print(f"note: {note}", file=err)
     return resolved_spec(translation.spec) if dry_run else translation.spec

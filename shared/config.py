@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     def _parse_trackers(cls, value: object) -> object:
         return _split_keys(value.lower() if isinstance(value, str) else value)
 
+    peak_flops: float | None = Field(
+        default=None,
+        gt=0,
+        description="The peak FLOP/s of one job process's device, for the model FLOP utilisation that each "
+        "job's result reports; unset: a GPU's datasheet figure by name, a CPU's measured matmul rate",
+    )
     check_data_on_submit: bool = Field(
         default=True,
         description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "

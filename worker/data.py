@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import pandas as pd
+import pyarrow.compute
+import torch
 import transformers
 from datasets.fingerprint import Hasher
 from transformers import PreTrainedTokenizerBase
@@ -313,3 +316,34 @@ def _discard(entry: Path) -> None:
     except OSError:
         return  # someone else removed or replaced it already
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Sorted evaluation: batches of similar lengths, results put back in row order
+# ------------------------------------------------------------------------------------------------
+
+
+def row_lengths(dataset: datasets.Dataset) -> np.ndarray:
+    """Each row's token count, read from the Arrow column (no row is decoded)."""
+    lengths = pyarrow.compute.list_value_length(dataset.data.column("input_ids")).to_numpy()
+    indices = dataset._indices  # a `select`ed dataset maps its rows onto the table's
+    if indices is not None:
+        lengths = lengths[indices.column(0).to_numpy()]
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def longest_first(dataset: datasets.Dataset) -> tuple[datasets.Dataset, np.ndarray]:
+    """The rows from the longest to the shortest (ties in row order), and `order`: the sorted rows'
+    original indices, which `in_row_order` uses to put results back. Longest first, so that the
+    batch that needs the most memory runs first and a too-large batch size fails at once."""
+    order = np.argsort(-row_lengths(dataset), kind="stable")
+    return dataset.select(order), order
+
+
+def in_row_order(values: torch.Tensor, order: np.ndarray) -> torch.Tensor:
+    """Results computed on `dataset.select(order)`, back in the dataset's own row order."""
+    if len(values) != len(order):
+        raise ValueError(f"{len(values)} results for {len(order)} rows")
+    restored = torch.empty_like(values)
+    restored[torch.from_numpy(order)] = values
+    return restored

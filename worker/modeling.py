@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,44 @@ def trainable_outside_backbone(model: nn.Module) -> list[str]:
         for name, child in model.named_children()
         if name != backbone and any(True for _ in child.parameters())
     ]
+
+
+def head_in_fp32(model: nn.Module) -> list[str]:
+    """Run the classification head (and the backbone's pooler, BERT's) in fp32 under autocast; the
+    names of the modules it changed.
+
+    Autocast runs every Linear in bf16/fp16, so the logits would carry three significant digits and
+    the pooled features' gradients as few; the head is a sliver of the model's FLOPs, so fp32 there
+    costs nothing measurable. The loss (cross-entropy, MSE) is fp32 under autocast already; with
+    fp32 logits it is computed from full-precision inputs too. Weights and optimizer state are fp32
+    throughout (autocast casts copies)."""
+    get_base_model = getattr(model, "get_base_model", None)  # PEFT: the model inside the adapters
+    base: nn.Module = get_base_model() if callable(get_base_model) else model
+    modules: dict[str, nn.Module] = {name: getattr(base, name) for name in trainable_outside_backbone(base)}
+    prefix = getattr(base, "base_model_prefix", "")
+    pooler = getattr(getattr(base, prefix, None), "pooler", None)
+    if isinstance(pooler, nn.Module):
+        modules[f"{prefix}.pooler"] = pooler
+    for module in modules.values():
+        module.forward = _without_autocast(module.forward)
+    return sorted(modules)
+
+
+def _without_autocast(forward: Any) -> Any:
+    @functools.wraps(forward)
+    def fp32_forward(*args: Any, **kwargs: Any) -> Any:
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        device_type = tensors[0].device.type if tensors else "cpu"
+        with torch.autocast(device_type=device_type, enabled=False):
+            return forward(*(_fp32(a) for a in args), **{k: _fp32(v) for k, v in kwargs.items()})
+
+    return fp32_forward
+
+
+def _fp32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.float()
+    return value
 
 
 def apply_lora(

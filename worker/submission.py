@@ -33,7 +33,7 @@ from shared.data_files import (
 from shared.glue_submission import prediction_labels, write_submission_file
 from shared.spec import JobSpec
 from shared.tasks import DIAGNOSTIC_SUBMISSION_FILE, GLUE_SUBMISSIONS, TASKS, GlueTask
-from worker.data import load_hub_glue
+from worker.data import in_row_order, load_hub_glue, longest_first
 
 HUB_ID_COLUMN = "idx"
 MNLI = "mnli"
@@ -107,11 +107,14 @@ def _predict(
         truncation=True,
     )
     rows = datasets.Dataset.from_dict(dict(encoded))
+    order = None
+    if spec.group_eval_by_length:  # sorted batches; the predictions are put back in row order below
+        rows, order = longest_first(rows)
     collate: Callable[..., Any]
     if spec.pad_to_max_length:
         collate = default_data_collator
     else:
-        multiple = 8 if accelerator.mixed_precision != "no" else None
+        multiple = 8 if accelerator.mixed_precision != "no" and accelerator.device.type == "cuda" else None
         collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
     loader = accelerator.prepare(
         DataLoader(rows, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
@@ -122,5 +125,7 @@ def _predict(
         for batch in loader:
             outputs.append(accelerator.gather_for_metrics(model(**batch).logits.float()).cpu())
     logits = torch.cat(outputs)
+    if order is not None:
+        logits = in_row_order(logits, order)
     predictions = logits[:, 0] if is_regression else logits.argmax(dim=-1)
     return [float(value) for value in predictions.tolist()]

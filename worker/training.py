@@ -14,7 +14,7 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,12 +38,20 @@ from shared.errors import JobFailed
 from shared.metric_rules import MetricPlan, improves, metric_plan, ranking_metric
 from shared.spec import JobSpec
 from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
-from worker import checkpoints, tracking
-from worker.data import RawData, TokenizedData, load_raw_data, tokenize_data
+from worker import checkpoints, throughput, tracking
+from worker.data import (
+    RawData,
+    TokenizedData,
+    in_row_order,
+    load_raw_data,
+    longest_first,
+    tokenize_data,
+)
 from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
 from worker.glue_metric import compute_plan
 from worker.modeling import (
     apply_lora,
+    head_in_fp32,
     load_model,
     load_model_files,
     load_tokenizer,
@@ -159,6 +167,13 @@ def _train(
     ranking = _ranking_metric(plan, spec.metric_for_best_model)
     data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
     model = _build_model(model_source, spec, raw, num_labels)
+    if accelerator.mixed_precision != "no":
+        in_fp32 = head_in_fp32(model)
+        report.log(
+            f"{accelerator.mixed_precision} autocast; in fp32: {', '.join(in_fp32)}, the loss, the "
+            "weights and the optimizer's state",
+            data={"fp32_modules": in_fp32},
+        )
     counts = parameter_counts(model)
     report.log(
         f"parameters: {counts['trainable_params']:,} trainable of {counts['total_params']:,} "
@@ -166,15 +181,17 @@ def _train(
         data=counts,
     )
 
-    train_dataloader, eval_dataloaders, length_sampler = make_dataloaders(
+    train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
         data,
         tokenizer,
         pad_to_max_length=spec.pad_to_max_length,
         group_by_length=spec.group_by_length,
+        shuffle_length_groups=spec.shuffle_length_groups,
+        group_eval_by_length=spec.group_eval_by_length,
         train_batch_size=spec.per_device_train_batch_size,
         eval_batch_size=spec.per_device_eval_batch_size,
         seed=spec.seed,
-        mixed_precision=accelerator.mixed_precision != "no",
+        pad_to_multiple_of=pad_multiple(accelerator),
     )
     optimizer = make_optimizer(
         model,
@@ -214,6 +231,7 @@ def _train(
         optimizer=optimizer,
         lr_scheduler=lr_scheduler,
         eval_dataloaders=eval_dataloaders,
+        eval_orders=eval_orders,
         plan=plan,
         report=report,
         progress=_Progress(steps_per_epoch=schedule.steps_per_epoch, ranking=ranking),
@@ -257,6 +275,7 @@ class _Run:
     optimizer: torch.optim.Optimizer
     lr_scheduler: Any
     eval_dataloaders: dict[str, DataLoader]
+    eval_orders: dict[str, np.ndarray | None]  # sorted evaluation: each split's rows, longest first
     plan: MetricPlan
     report: _MainProcessReporter
     progress: _Progress
@@ -312,9 +331,16 @@ class _Progress:
     last_save_step: int | None = None
     eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     train_seconds: float = 0.0
+    # This process's CPU time (all its threads) over the same span: what the training cost the machine,
+    # which other work on shared cores does not inflate the way it inflates wall time.
+    train_cpu_seconds: float = 0.0
     train_samples: int = 0
     padded_tokens: int = 0
     real_tokens: int = 0
+    # Sums of each sequence's squared length (padded, real): attention's FLOPs (worker/throughput.py).
+    padded_squared: int = 0
+    real_squared: int = 0
+    eval_seconds: float = 0.0
     stopped_early: bool = False
 
     @property
@@ -352,7 +378,9 @@ class _Window:
 
     loss: torch.Tensor
     batches: int = 0
-    grad_norm: float | None = None  # the last optimizer step's, before clipping (as Trainer logs it)
+    # The last optimizer step's, before clipping (as Trainer logs it); a tensor, read only when a row
+    # is logged, so that clipping costs no host sync per step on a GPU.
+    grad_norm: torch.Tensor | None = None
 
     def add(self, loss: torch.Tensor) -> None:
         self.loss += loss.detach().float()
@@ -377,15 +405,21 @@ def _train_epoch(
     run.model.train()
     window = _Window(torch.zeros((), device=accelerator.device))
     real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
-    started = time.perf_counter()
+    real_squared = torch.zeros((), dtype=torch.long, device=accelerator.device)
+    started, started_cpu = time.perf_counter(), time.process_time()
     done = False
     for batch in loader:
         loss, grad_norm = train_step(run, batch, intervals.max_grad_norm)
         window.add(loss)
         window.grad_norm = grad_norm if grad_norm is not None else window.grad_norm
         progress.train_samples += batch["input_ids"].shape[0] * accelerator.num_processes
-        progress.padded_tokens += batch["input_ids"].numel() * accelerator.num_processes
-        real_tokens += batch["attention_mask"].sum()
+        rows, width = batch["input_ids"].shape
+        progress.padded_tokens += rows * width * accelerator.num_processes
+        progress.padded_squared += rows * width * width * accelerator.num_processes
+        # Summed on the device: no host sync per step (read once, after the epoch).
+        lengths = batch["attention_mask"].sum(dim=1)
+        real_tokens += lengths.sum()
+        real_squared += (lengths * lengths).sum()
         if not accelerator.sync_gradients:
             continue
         progress.completed_steps += 1
@@ -393,16 +427,19 @@ def _train_epoch(
         done = step >= max_train_steps
         if step % intervals.logging_steps == 0 or done:
             _log_training(run, window)
-        paused = time.perf_counter()
+        paused, paused_cpu = time.perf_counter(), time.process_time()
         done = _after_step(run, intervals) or done
         started += time.perf_counter() - paused  # evaluation and saving are not training time
+        started_cpu += time.process_time() - paused_cpu
         if done:
             break
         if _stop_agreed(accelerator, stop_requested):
             _save_checkpoint(run, {}, keep=intervals.save_total_limit)
             raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
     progress.train_seconds += time.perf_counter() - started
+    progress.train_cpu_seconds += time.process_time() - started_cpu
     progress.real_tokens += int(accelerator.reduce(real_tokens, reduction="sum").item())
+    progress.real_squared += int(accelerator.reduce(real_squared, reduction="sum").item())
     if window.batches:  # an epoch that ended between two logging steps
         _log_training(run, window)
     if not progress.stopped_early:
@@ -412,7 +449,7 @@ def _train_epoch(
 
 def train_step(
     run: _Run, batch: dict[str, torch.Tensor], max_grad_norm: float | None
-) -> tuple[Any, float | None]:
+) -> tuple[Any, torch.Tensor | None]:
     """Forward, backward and (once the accumulated batches are in) the optimizer step; the loss,
     and the gradients' norm before clipping when this step clipped them."""
     accelerator = run.accelerator
@@ -422,7 +459,7 @@ def train_step(
         accelerator.backward(loss)
         if max_grad_norm is not None and accelerator.sync_gradients:
             # Trainer's clipping: the global norm over every parameter, unscaled first under fp16.
-            grad_norm = float(accelerator.clip_grad_norm_(run.model.parameters(), max_grad_norm))
+            grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), max_grad_norm)
         run.optimizer.step()
         run.lr_scheduler.step()
         run.optimizer.zero_grad()
@@ -468,7 +505,7 @@ def _log_training(run: _Run, window: _Window) -> None:
     mean_loss = run.accelerator.reduce(window.loss / max(window.batches, 1), reduction="mean")
     values = {"loss": float(mean_loss.item()), "learning_rate": float(run.lr_scheduler.get_last_lr()[0])}
     if window.grad_norm is not None:
-        values["grad_norm"] = window.grad_norm
+        values["grad_norm"] = float(window.grad_norm)
     run.report.metrics(
         step=run.progress.completed_steps, epoch=run.progress.epoch, split=TRAIN_SPLIT, values=values
     )
@@ -493,8 +530,12 @@ def _evaluate_all(run: _Run, *, threshold: float = 0.0) -> dict[str, float]:
     """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
     progress = run.progress
     main: dict[str, float] = {}
+    runtimes: dict[str, float] = {}
     for split, dataloader in run.eval_dataloaders.items():
-        metrics = evaluate(run.model, dataloader, run.accelerator, run.plan)
+        started = time.perf_counter()
+        metrics = evaluate(run.model, dataloader, run.accelerator, run.plan, order=run.eval_orders.get(split))
+        runtimes[split] = round(time.perf_counter() - started, 3)
+        progress.eval_seconds += runtimes[split]
         ranking = progress.ranking if split == EVAL_SPLIT else None
         run.report.metrics(
             step=progress.completed_steps,
@@ -508,16 +549,24 @@ def _evaluate_all(run: _Run, *, threshold: float = 0.0) -> dict[str, float]:
     progress.record_evaluation(main, threshold=threshold)
     summary = ", ".join(f"{k} {v:.4f}" for k, v in main.items())
     run.report.log(
-        f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary}",
-        data={"step": progress.completed_steps, "metrics": main},
+        f"epoch {progress.epoch:g} step {progress.completed_steps}: {summary} "
+        f"(evaluated in {sum(runtimes.values()):.1f}s)",
+        data={"step": progress.completed_steps, "metrics": main, "eval_runtime_s": runtimes},
     )
     return main
 
 
 def evaluate(
-    model: Any, dataloader: DataLoader, accelerator: Accelerator, plan: MetricPlan
+    model: Any,
+    dataloader: DataLoader,
+    accelerator: Accelerator,
+    plan: MetricPlan,
+    *,
+    order: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """The plan's metrics and the loss over a whole split, gathered from every process."""
+    """The plan's metrics and the loss over a whole split, gathered from every process; `order`:
+    the dataloader serves the split's rows in this order (sorted evaluation), put back before the
+    metrics so that they are computed exactly as on unsorted batches."""
     model.eval()
     all_logits, all_labels = [], []
     with torch.no_grad():
@@ -529,6 +578,8 @@ def evaluate(
     model.train()
     logits = torch.cat(all_logits)
     labels = torch.cat(all_labels)
+    if order is not None:
+        logits, labels = in_row_order(logits, order), in_row_order(labels, order)
     if logits.shape[-1] == 1:  # regression (num_labels 1)
         predictions = logits.squeeze(-1)
         loss = torch.nn.functional.mse_loss(predictions, labels.float())
@@ -669,17 +720,21 @@ def make_dataloaders(
     *,
     pad_to_max_length: bool,
     group_by_length: bool,
+    shuffle_length_groups: bool = False,
+    group_eval_by_length: bool = False,
     train_batch_size: int,
     eval_batch_size: int,
     seed: int,
-    mixed_precision: bool,
-) -> tuple[DataLoader, dict[str, DataLoader], LengthGroupedSampler | None]:
-    collate = _collator(tokenizer, pad_to_max_length=pad_to_max_length, mixed_precision=mixed_precision)
+    pad_to_multiple_of: int | None = None,
+) -> tuple[DataLoader, dict[str, DataLoader], LengthGroupedSampler | None, dict[str, np.ndarray | None]]:
+    """The training loader, the evaluation loaders and, for sorted evaluation, each split's order."""
+    collate = _collator(tokenizer, pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of)
     sampler = None
     if group_by_length:
         # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
         lengths = pyarrow.compute.list_value_length(data.train.data.column("input_ids")).to_pylist()
-        sampler = LengthGroupedSampler(train_batch_size, lengths=lengths)
+        grouped = ShuffledLengthGroups if shuffle_length_groups else LengthGroupedSampler
+        sampler = grouped(train_batch_size, lengths=lengths)
     train = DataLoader(
         data.train,
         shuffle=sampler is None,
@@ -690,20 +745,46 @@ def make_dataloaders(
         # resumed run's dropout masks would drift from those of the run it continues.
         generator=torch.Generator().manual_seed(seed),
     )
-    evals = {
-        split: DataLoader(ds, collate_fn=collate, batch_size=eval_batch_size)
-        for split, ds in data.evals.items()
-    }
-    return train, evals, sampler
+    evals: dict[str, DataLoader] = {}
+    orders: dict[str, np.ndarray | None] = {}
+    for split, rows in data.evals.items():
+        orders[split] = None
+        if group_eval_by_length:
+            rows, orders[split] = longest_first(rows)
+        evals[split] = DataLoader(rows, collate_fn=collate, batch_size=eval_batch_size)
+    return train, evals, sampler, orders
+
+
+class ShuffledLengthGroups(LengthGroupedSampler):
+    """LengthGroupedSampler's batches, in a shuffled order.
+
+    Trainer's sampler sorts megabatches of 50 batches by length, so an epoch runs as a few stretches
+    of batches from the longest rows to the shortest. These are the same batches (the same rows
+    together, so the same padding), drawn in a random order (from the same generator, so a seed and
+    an epoch give one order); a last, partial batch stays last, where the DataLoader cuts it."""
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        size = self.batch_size
+        full = len(indices) // size
+        batches = [indices[i * size : (i + 1) * size] for i in range(full)]
+        for position in torch.randperm(full, generator=self.generator).tolist():
+            yield from batches[position]
+        yield from indices[full * size :]
+
+
+def pad_multiple(accelerator: Accelerator) -> int | None:
+    """8 under mixed precision on CUDA, where tensor cores want dimensions in multiples of 8 (the
+    script's rule, which it applies on every device); elsewhere (CPUs) it only adds padded tokens."""
+    return 8 if accelerator.mixed_precision != "no" and accelerator.device.type == "cuda" else None
 
 
 def _collator(
-    tokenizer: PreTrainedTokenizerBase, *, pad_to_max_length: bool, mixed_precision: bool
+    tokenizer: PreTrainedTokenizerBase, *, pad_to_max_length: bool, pad_to_multiple_of: int | None
 ) -> Callable[..., Any]:
     if pad_to_max_length:
         return default_data_collator
-    # Padding to a multiple of 8 lets tensor cores work under mixed precision (the script's rule).
-    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if mixed_precision else None)
+    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
 
 def _start_epoch(dataloader: Any, length_sampler: LengthGroupedSampler | None, seed: int, epoch: int) -> None:
@@ -773,6 +854,20 @@ def _finish(
         write_glue_submission(accelerator, run.model, tokenizer, spec, settings, output_dir, run.report.log)
     if data.test is not None:
         _write_predictions(run, data, tokenizer, spec, raw.label_names, output_dir)
+    peak, peak_source = throughput.peak_flops(
+        accelerator.device, accelerator.mixed_precision, settings.peak_flops
+    )
+    usage = throughput.summary(
+        accelerator.unwrap_model(run.model),
+        seconds=progress.train_seconds,
+        real_tokens=progress.real_tokens,
+        padded_tokens=progress.padded_tokens,
+        real_squared=progress.real_squared,
+        padded_squared=progress.padded_squared,
+        peak=peak,
+        peak_source=peak_source,
+        num_processes=accelerator.num_processes,
+    )
     return {
         **counts,
         "completed_steps": progress.completed_steps,
@@ -781,8 +876,15 @@ def _finish(
         "train_samples": progress.train_samples,
         "train_runtime_s": round(progress.train_seconds, 3),
         "train_samples_per_second": round(progress.train_samples / max(progress.train_seconds, 1e-9), 3),
+        # The main process's CPU seconds (per process: several processes each spend about as much).
+        "train_cpu_s": round(progress.train_cpu_seconds, 3),
+        "train_samples_per_cpu_second": round(
+            progress.train_samples / accelerator.num_processes / max(progress.train_cpu_seconds, 1e-9), 3
+        ),
         "padded_tokens": progress.padded_tokens,
         "real_tokens": progress.real_tokens,
+        **usage,
+        "eval_runtime_s": round(progress.eval_seconds, 3),
         "final_metrics": final_metrics,
         "best_step": progress.best_step,
         "model_dir": str(output_dir),
@@ -824,7 +926,10 @@ def _write_predictions(
     assert data.test is not None
     accelerator = run.accelerator
     test = data.test.remove_columns([c for c in data.test.column_names if c == "labels"])
-    collate = _collator(tokenizer, pad_to_max_length=spec.pad_to_max_length, mixed_precision=False)
+    order = None
+    if spec.group_eval_by_length:
+        test, order = longest_first(test)
+    collate = _collator(tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=None)
     dataloader = accelerator.prepare(
         DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
     )
@@ -833,7 +938,8 @@ def _write_predictions(
     with torch.no_grad():
         for batch in dataloader:
             outputs.append(accelerator.gather_for_metrics(run.model(**batch).logits.float()).cpu())
-    logits = torch.cat(outputs).numpy()
+    restored = torch.cat(outputs)
+    logits = (in_row_order(restored, order) if order is not None else restored).numpy()
     if accelerator.is_main_process:
         path = output_dir / "predict_results.tsv"
         with path.open("w") as out:

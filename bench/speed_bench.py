@@ -1,0 +1,319 @@
+"""The faithful spec against the fast path, through the real API and worker, several seeds each.
+
+The job (issue 10): SST-2's first 8000 train rows, 1 epoch, all-MiniLM-L6-v2, max_length 128,
+per_device_train_batch_size 32, learning_rate 5e-5, evaluated on the 872 dev rows. Each mode runs
+once per seed; the runs of one seed follow each other (faithful, fast, faithful, fast, …) so that a
+change in the machine's load touches every mode alike. Every job starts with an empty tokenisation
+cache, as the reference script does. The table gives per mode the median and the spread
+(min–max) of each figure, and the medians' ratios to the first mode's.
+
+    python bench/speed_bench.py                                  # 3 seeds × faithful + fast
+    python bench/speed_bench.py --train-rows 1000 --seeds 42     # a quick look
+    python bench/speed_bench.py --modes faithful,grouped,fast    # any modes of MODES
+    python bench/speed_bench.py --gpu-roberta                    # on a GPU machine: see below
+
+--gpu-roberta (a machine with a CUDA GPU; no network needed): a roberta-base-sized encoder
+(12 layers, hidden 768, 12 heads, 3072 intermediate; randomly initialised, MiniLM's tokenizer)
+fine-tuned in bf16 with the fast spec on the same rows; it reports samples/s, the padding
+efficiency and the model FLOP utilisation against the GPU's peak (worker/throughput.py). Its dev
+accuracy means nothing (random weights); the figures are about speed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+GLUE_DATA = REPO.parent / "shared" / "glue_data"
+sys.path.insert(0, str(REPO))
+
+from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from shared.config import Settings  # noqa: E402
+from worker.runner import child_environment  # noqa: E402
+
+# What each mode adds to the base job. "fast" is the spec's own switch: what it sets is in
+# shared/spec.py (FAST_SETTINGS) and in the stored spec the benchmark prints.
+MODES: dict[str, dict[str, Any]] = {
+    "faithful": {},
+    "grouped": {"group_by_length": True},
+    "grouped_bf16": {"group_by_length": True, "bf16": True},
+    "fast": {"fast": True},
+}
+ROBERTA_BASE_SIZED = "roberta-base-sized"
+# The figures of a job's result the table reports, and how each is printed.
+FIGURES = (
+    ("train_samples_per_second", "samples/s", "{:.1f}"),
+    # Per CPU-second of the job's process: robust to other work on shared cores (see the README).
+    ("train_samples_per_cpu_second", "samples/cpu-s", "{:.1f}"),
+    ("padded_tokens", "padded tok", "{:,.0f}"),
+    ("real_tokens", "real tok", "{:,.0f}"),
+    ("padding_efficiency", "pad eff", "{:.3f}"),
+    ("mfu", "MFU", "{:.4f}"),
+    ("accuracy", "dev acc", "{:.4f}"),
+    ("eval_runtime_s", "eval s", "{:.1f}"),
+    ("wall_s", "wall s", "{:.1f}"),
+)
+
+
+def base_spec(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    return {
+        "model_name_or_path": ROBERTA_BASE_SIZED if args.gpu_roberta else MODEL_NAME,
+        "task_name": "sst2",
+        "max_train_samples": args.train_rows,
+        "num_train_epochs": 1,
+        "max_length": 128,
+        "per_device_train_batch_size": 32,
+        "learning_rate": 5e-5,
+        "seed": seed,
+        "save_strategy": "no",
+        "logging_steps": 10,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--modes", default="faithful,fast", help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
+    parser.add_argument("--train-rows", type=int, default=8000, help="SST-2's first N train rows")
+    parser.add_argument("--gpu-roberta", action="store_true", help="a roberta-base-sized model (GPU)")
+    parser.add_argument("--database-url", default=None, help="default: a SQLite file in the run's folder")
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--keep", action="store_true", help="keep the run's folder")
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=("passive", "active", "inherit"),
+        default="passive",
+        help="OMP_WAIT_POLICY for the worker (default passive: on a machine whose cores other work "
+        "shares, GNU OpenMP's spinning threads make every torch op wait for a descheduled peer; see "
+        "the README's Speed section); inherit: leave the environment's",
+    )
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode {unknown[0]!r}; expected one of {', '.join(MODES)}")
+    if args.gpu_roberta and args.modes == parser.get_default("modes"):
+        modes = ["fast"]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+
+    _check_port_free(args.port)  # another API there would take this benchmark's jobs
+    root = Path(tempfile.mkdtemp(prefix="gluejobs-speed-"))
+    settings = Settings(
+        database_url=args.database_url or f"sqlite:///{root / 'gluejobs.db'}",
+        artifacts_dir=root / "artifacts",
+        data_dir=root / "data",
+        glue_dir=GLUE_DATA,
+        models_dir=root / "models",
+        cache_dir=root / "cache",
+        heartbeat_s=5.0,
+        poll_interval_s=0.2,
+    )
+    install_demo_files(settings)
+    if args.gpu_roberta:
+        _install_roberta_base_sized(settings.models_dir)
+    env = child_environment(settings)
+    env["HF_HUB_OFFLINE"] = "1"
+    if args.omp_wait_policy != "inherit":
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    logs = root / "logs"
+    logs.mkdir()
+    processes = []
+    print(
+        f"# speed_bench {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: modes {modes}, seeds "
+        f"{seeds}, {args.train_rows} train rows; load average {_load()}; cpus {os.cpu_count()}; "
+        f"OMP_WAIT_POLICY={env.get('OMP_WAIT_POLICY', '(unset)')}",
+        flush=True,
+    )
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "gluejobs.cli", "migrate"],
+            env=env,
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        processes.append(
+            _start(
+                [sys.executable, "-m", "gluejobs.cli", "serve", "--port", str(args.port)],
+                env,
+                logs / "api.log",
+            )
+        )
+        processes.append(_start([sys.executable, "-m", "gluejobs.cli", "worker"], env, logs / "worker.log"))
+        url = f"http://127.0.0.1:{args.port}"
+        _wait_ready(url)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for seed in seeds:
+                for mode in modes:
+                    shutil.rmtree(settings.cache_dir, ignore_errors=True)  # a cold cache, like the script
+                    run = _run_job(client, {**base_spec(args, seed), **MODES[mode]})
+                    run.update(mode=mode, seed=seed)
+                    runs[mode].append(run)
+                    print(json.dumps(run), flush=True)
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(30)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kept {root}", file=sys.stderr)
+    print(f"# finished {time.strftime('%H:%M:%S UTC', time.gmtime())}; load average {_load()}")
+    print(table(runs))
+    return 0 if all(r.get("status") == "succeeded" for rs in runs.values() for r in rs) else 1
+
+
+def _run_job(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
+    load_before = _load()
+    submitted = time.perf_counter()
+    response = client.post("/v1/jobs", json={"spec": spec})
+    if response.status_code != 201:
+        raise SystemExit(f"the API refused the job ({response.status_code}): {response.text}")
+    job = response.json()
+    while job["status"] not in ("succeeded", "failed", "cancelled"):
+        time.sleep(0.5)
+        job = client.get(f"/v1/jobs/{job['id']}").raise_for_status().json()
+    wall_s = time.perf_counter() - submitted
+    if job["status"] != "succeeded":
+        return {"status": job["status"], "error": job["error"], "load": load_before}
+    result = job["result"]
+    run = {key: result.get(key) for key, _, _ in FIGURES if key in result}
+    run.update(
+        status="succeeded",
+        accuracy=result["final_metrics"]["accuracy"],
+        wall_s=round(wall_s, 1),
+        real_tokens_per_second=result.get("real_tokens_per_second"),
+        peak_flops=result.get("peak_flops"),
+        peak_flops_source=result.get("peak_flops_source"),
+        device=result.get("device"),
+        mixed_precision=result.get("mixed_precision"),
+        load=f"{load_before} -> {_load()}",
+        spec={
+            k: job["spec"][k]
+            for k in (
+                "fast",
+                "group_by_length",
+                "shuffle_length_groups",
+                "bf16",
+                "group_eval_by_length",
+                "per_device_eval_batch_size",
+                "optim",
+            )
+            if k in job["spec"]
+        },
+    )
+    return run
+
+
+def table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Median [min–max] of each figure per mode, and the medians' ratios to the first mode's."""
+    done = {mode: [r for r in rs if r.get("status") == "succeeded"] for mode, rs in runs.items()}
+    medians = {
+        mode: {
+            key: statistics.median(r[key] for r in rs)
+            for key, _, _ in FIGURES
+            if all(r.get(key) is not None for r in rs)
+        }
+        for mode, rs in done.items()
+        if rs
+    }
+    lines = [
+        "| mode | runs | " + " | ".join(label for _, label, _ in FIGURES) + " |",
+        "|---" * (len(FIGURES) + 2) + "|",
+    ]
+    for mode, rs in done.items():
+        cells = []
+        for key, _, fmt in FIGURES:
+            values = [r[key] for r in rs if r.get(key) is not None]
+            if not values:
+                cells.append("–")
+                continue
+            low, mid, high = (fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+            cells.append(f"{mid} [{low}–{high}]")
+        lines.append(f"| {mode} | {len(rs)}/{len(runs[mode])} | " + " | ".join(cells) + " |")
+    reference = next(iter(medians), None)
+    if reference is not None:
+        lines.append("")
+        lines.append(f"ratios of medians to {reference}:")
+        for mode, values in medians.items():
+            parts = []
+            for key, label, _ in FIGURES:
+                if key in values and values[key] and key in medians[reference] and medians[reference][key]:
+                    if key == "accuracy":
+                        parts.append(f"dev acc {100 * (values[key] - medians[reference][key]):+.2f} points")
+                    else:
+                        parts.append(f"{label} ×{values[key] / medians[reference][key]:.2f}")
+            lines.append(f"  {mode}: " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def _install_roberta_base_sized(models_dir: Path) -> None:
+    """A randomly initialised encoder of roberta-base's size, with MiniLM's tokenizer (no download)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    folder = models_dir / ROBERTA_BASE_SIZED
+    config = BertConfig(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        vocab_size=30522,
+        max_position_embeddings=514,
+        num_labels=2,
+    )
+    BertForSequenceClassification(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        source = models_dir / MODEL_NAME / name
+        if source.exists():
+            shutil.copyfile(source, folder / name)
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(f"port {port} is taken; pass --port") from None
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        command, env=env, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _wait_ready(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"the API at {url} did not become ready")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
