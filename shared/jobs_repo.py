@@ -442,6 +442,20 @@ def set_environment(
 # ------------------------------------------------------------------------------------------------
 
 
+def queued_wider_than(session: Session, *, processes: int) -> list[int]:
+    """Ids of queued jobs that need more than `processes` devices: a worker that holds fewer can
+    never run them (it says so rather than leave them waiting unexplained)."""
+    with read(session):
+        return list(
+            session.scalars(
+                select(Job.id)
+                .where(Job.status == JobStatus.queued, Job.num_processes > processes)
+                .order_by(Job.id)
+                .limit(20)
+            )
+        )
+
+
 def claim_next(
     session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
 ) -> Job | None:

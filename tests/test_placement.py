@@ -22,7 +22,7 @@ from shared.db import Database, read
 from shared.models import Job, JobEvent, JobStatus
 from shared.models import Worker as WorkerRow
 from tests.e2e import start_worker, wait_for
-from worker.devices import DeviceError, DeviceLocks, parse_devices, resolve_devices, visible_gpus
+from worker.devices import DeviceError, DeviceLocks, cpu_slots, parse_devices, resolve_devices, visible_gpus
 
 TINY_JOB = {
     "model_name_or_path": "tiny-bert",
@@ -149,6 +149,29 @@ def test_a_claim_takes_only_a_job_that_fits_the_free_devices(db: Database) -> No
     with db.session() as session:
         claimed = jobs_repo.claim_next(session, worker_id="w2", lease_s=60, max_processes=2)
     assert claimed is not None and claimed.id == wide.id and claimed.num_processes == 2
+
+
+def test_a_draining_worker_names_the_queued_jobs_too_wide_for_it(
+    settings_factory: Any, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2-process job on a one-slot worker would wait forever: `--exit-when-idle` says which."""
+    from worker.runner import Worker
+
+    settings: Settings = settings_factory(db_url, warm_start=False)
+    db = Database(settings.database_url)
+    with db.session() as session:
+        wide = jobs_repo.create_job(session, spec={**TINY_JOB, "num_processes": 2})
+    try:
+        with caplog.at_level("WARNING", logger="worker.runner"):
+            outcomes = Worker(settings, db, devices=cpu_slots(1)).run(exit_when_idle=True)
+        assert outcomes == []
+        warnings = [r.getMessage() for r in caplog.records if "stay queued" in r.getMessage()]
+        assert len(warnings) == 1 and f"job(s) {wide.id} stay queued" in warnings[0]
+        assert "1 device(s)" in warnings[0]
+        with db.session() as session:
+            assert jobs_repo.get_job(session, job_id=wide.id).status == JobStatus.queued
+    finally:
+        db.dispose()
 
 
 # --- concurrent jobs ------------------------------------------------------------------------------

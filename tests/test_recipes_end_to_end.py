@@ -87,7 +87,7 @@ def test_the_lora_configs_and_the_trainer_page_run_as_pasted(
         )  # fmt: skip
         trainer_page = submit_with_cli(capsys, "--config", str(tmp_path / "trainer_page.json"), *url)
 
-        run_worker_until_idle(recipe_settings, tmp_path / "worker.log")
+        run_worker_until_idle(recipe_settings, tmp_path / "worker.log", "--slots", "2")  # 2-process jobs
 
         jobs = {name: get(client, f"/v1/jobs/{job_id}") for name, job_id in
                 (("roberta", roberta), ("deberta", deberta), ("trainer_page", trainer_page))}  # fmt: skip

@@ -113,6 +113,7 @@ class Worker:
                     elif self.pool.free and self._claim_and_start():
                         continue  # fill the next free device at once
                     elif exit_when_idle and not self._busy() and not self._retry_pending():
+                        self._warn_about_jobs_too_wide()
                         break
                 except Exception as exc:
                     if not is_transient(exc):
@@ -128,6 +129,18 @@ class Worker:
             outcomes += self._collect_finished()
             self._unregister(len(outcomes))
         return outcomes
+
+    def _warn_about_jobs_too_wide(self) -> None:
+        with self.db.session() as session:
+            too_wide = jobs_repo.queued_wider_than(session, processes=len(self.pool.devices))
+        if too_wide:
+            logger.warning(
+                "worker %s: job(s) %s stay queued: they need more than this worker's %d device(s) "
+                "(start a worker with more --devices, or --slots on the CPU)",
+                self.worker_id,
+                ", ".join(map(str, too_wide)),
+                len(self.pool.devices),
+            )
 
     @property
     def stopping(self) -> bool:
