@@ -300,7 +300,10 @@ def test_sigterm_mid_epoch_hands_the_job_back_with_a_checkpoint(
     settings_factory: Any, db_url: str, tmp_path: Path
 ) -> None:
     settings = settings_factory(db_url, cancel_grace_s=20.0)
-    spec = {**SPEC, "save_strategy": "epoch", "eval_strategy": "no"}  # no checkpoint before the stop
+    # Long enough that the stop lands mid-epoch however fast the job starts (warm start) and
+    # however its rows are batched on the way to the database; no checkpoint before the stop.
+    steps = 120
+    spec = {**SPEC, "max_train_samples": 16 * steps, "save_strategy": "epoch", "eval_strategy": "no"}
     with live_api(settings) as client:
         job = submit(client, spec)
         first = start_worker(settings, log=tmp_path / "first.log")
@@ -317,7 +320,7 @@ def test_sigterm_mid_epoch_hands_the_job_back_with_a_checkpoint(
         assert queued["attempts"] == 0  # handed back without spending an attempt
         (checkpoint,) = get(client, f"/v1/jobs/{job['id']}/checkpoints")["data"]
         step = checkpoint["step"]
-        assert 3 <= step < STEPS  # mid-epoch, at the step it reached
+        assert 3 <= step < steps  # mid-epoch, at the step it reached
 
         run_worker_until_idle(settings, tmp_path / "second.log")
 
@@ -329,7 +332,7 @@ def test_sigterm_mid_epoch_hands_the_job_back_with_a_checkpoint(
         resumed = [t for m, t in events if m.startswith(f"resumed from checkpoint-{step} ")]
         assert resumed, "\n".join(m for m, _ in events)
         resumed_at = resumed[0]
-        assert each_once(all_metrics(client, job["id"]), "train", "loss") == list(range(1, STEPS + 1))
+        assert each_once(all_metrics(client, job["id"]), "train", "loss") == list(range(1, steps + 1))
         # Each step trained once: the first worker stopped at `step`, the second began after it.
         stored = rows_by_attempt(settings, job["id"])
         assert all(created < resumed_at for _, name, s, _, created in stored if name == "loss" and s <= step)
