@@ -24,7 +24,7 @@ def test_a_job_streams_live_and_resumes_after_a_dropped_connection(
     settings = observe_settings(settings_factory, tmp_path, glue_data, db_url)
     # Seconds between keep-alive comments, shortened so the test sees them while the job waits.
     monkeypatch.setattr(stream_module, "KEEPALIVE_S", 0.3)
-    spec = {**TINY_SPEC, "max_train_samples": 480, "num_train_epochs": 2, "save_strategy": "epoch"}
+    spec = {**TINY_SPEC, "max_train_samples": 1920, "num_train_epochs": 2, "save_strategy": "epoch"}
     with live_api(settings) as client:
         job = submit(client, spec)
         url = f"/v1/jobs/{job['id']}/stream"
@@ -85,7 +85,7 @@ def test_a_job_streams_live_and_resumes_after_a_dropped_connection(
         statuses = [m.data["status"] for m in received if m.event == "status"]
         assert statuses == ["queued", "running", "succeeded"]
         checkpoints = [m.data for m in received if m.event == "checkpoint"]
-        assert [c["step"] for c in checkpoints] == [30, 60]  # 480 rows / 16 = 30 steps an epoch
+        assert [c["step"] for c in checkpoints] == [120, 240]  # 1920 rows / 16 = 120 steps an epoch
         assert checkpoints[-1]["metrics"]["accuracy"] == final["latest_metrics"]["eval"]["accuracy"]
         # The log file, followed across the reconnection: the same bytes the logs endpoint serves.
         streamed_log = "".join(m.data["text"] for m in received if m.event == "log")
