@@ -193,8 +193,8 @@ def unreachable(base_url: str, exc: Exception) -> ApiError:
 class RetryPolicy:
     """When a failed request is sent again, and after how long. `retries` counts the tries after the
     first; `connect_retries` (default: `retries`) those of a connection that could not be made at
-    all, where nobody is listening; `stream_retries` a stream's reconnections in a row without an
-    event."""
+    all, where nobody is listening; `stream_retries` the reconnections in a row, without an event,
+    of a stream that has flowed."""
 
     retries: int = DEFAULT_RETRIES
     connect_retries: int | None = None
@@ -250,21 +250,21 @@ def retry_after_s(headers: Mapping[str, str], now: datetime | None = None) -> fl
 
 class Retry:
     """One call's tries: after each outcome, how long to wait before the next try (None: it is
-    final), and the final outcome as an answer or an ApiError. `failures` counts failures in a row
-    (a stream sets it back to 0 when an event arrives)."""
+    final), and the final outcome as an answer or an ApiError. `failures` counts failures in a row;
+    a stream that has flowed sets `streaming`, and sets `failures` back to 0 at each event."""
 
-    def __init__(self, call: Call, policy: RetryPolicy, base_url: str, *, streaming: bool = False) -> None:
+    def __init__(self, call: Call, policy: RetryPolicy, base_url: str) -> None:
         self.call = call
         self.failures = 0
+        self.streaming = False
         self._policy = policy
         self._base_url = base_url
-        self._streaming = streaming
 
     def delay_s(self, outcome: Answer | Exception) -> float | None:
         if isinstance(outcome, Answer) and outcome.ok:
             return None
         self.failures += 1
-        return self._policy.delay_s(self.call, self.failures, outcome, streaming=self._streaming)
+        return self._policy.delay_s(self.call, self.failures, outcome, streaming=self.streaming)
 
     def result(self, outcome: Answer | Exception) -> Answer:
         if isinstance(outcome, Answer) and outcome.ok:
@@ -431,6 +431,10 @@ class StreamResume:
         return self._retry.call.with_headers(**{"Last-Event-ID": self.last_event_id})
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
+        # Once the stream has flowed it reconnects as patiently as the policy's stream_retries say;
+        # a stream that never started fails like any request (the CLI's `watch` of an API that is
+        # not running says so at once).
+        self._retry.streaming = True
         events = []
         for event in self._parser.feed(chunk):
             events.append(event)

@@ -207,8 +207,9 @@ class _BaseClient(Generic[HttpT, TransportT]):
         return Body(response, self._max_answer_bytes)
 
     def _resume(self, call: Call, last_event_id: str | None) -> StreamResume:
-        retry = Retry(call, self._retry, self.base_url, streaming=True)
-        return StreamResume(retry, last_event_id, self._max_stream_line_bytes)
+        return StreamResume(
+            Retry(call, self._retry, self.base_url), last_event_id, self._max_stream_line_bytes
+        )
 
 
 # ---------------------------------------------------------------------------------------------------

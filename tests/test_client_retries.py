@@ -235,11 +235,17 @@ def test_a_stream_gives_up_on_a_final_answer_or_an_outage_that_lasts(mode: str) 
         call(mode, recording, drain, retries=QUICK)
     assert caught.value.code == "not_found" and len(recording.requests) == 1
 
-    recording = Recording(*[outage() for _ in range(4)])
-    policy = RetryPolicy(stream_retries=3, backoff_base_s=0.01)
+    # A stream that has flowed reconnects `stream_retries` times in a row; one that never started
+    # fails like any request, after `retries`.
+    policy = RetryPolicy(retries=1, stream_retries=3, backoff_base_s=0.01)
+    recording = Recording(event_stream(b": job 7\n\n", metric(1)), *[outage() for _ in range(3)])
     with pytest.raises(ApiError) as caught:
         call(mode, recording, drain, retries=policy)
-    assert caught.value.code == "database_unavailable" and len(recording.requests) == 4
+    assert caught.value.code == "database_unavailable" and len(recording.requests) == 1 + 3
+    recording = Recording(*[outage() for _ in range(4)])
+    with pytest.raises(ApiError) as caught:
+        call(mode, recording, drain, retries=policy)
+    assert caught.value.code == "database_unavailable" and len(recording.requests) == 2
 
 
 @pytest.mark.parametrize("mode", MODES)
