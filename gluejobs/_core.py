@@ -274,6 +274,9 @@ class Retry:
     def fail(self, outcome: Answer | Exception) -> NoReturn:
         if isinstance(outcome, Answer):
             raise outcome.error()
+        if isinstance(outcome, httpx.DecodingError):  # a body its own Content-Encoding cannot undo
+            message = f"the answer to {self.call.method} {self.call.path} could not be decoded: {outcome}"
+            raise ApiError(0, "invalid_answer", message) from outcome
         raise unreachable(self._base_url, outcome) from outcome
 
 

@@ -50,9 +50,16 @@ class Result:
                 continue
             value = body[item.name]
             if isinstance(value, str) and item.name.endswith(("_at", "modified")):
-                value = datetime.fromisoformat(value)
+                value = _timestamp(cls.__name__, item.name, value)
             values[item.name] = value
         return cls(**values)
+
+
+def _timestamp(kind: str, name: str, value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ApiError(0, "invalid_answer", f"{kind}.{name} is not a timestamp: {value!r:.80}") from None
 
 
 @dataclass(frozen=True)

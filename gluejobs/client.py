@@ -257,7 +257,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
                 return retry.result(outcome)
             time.sleep(delay)
 
-    def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.TransportError:
+    def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.RequestError:
         """One try: the answer read whole (within its cap), or its body written `into` a file."""
         try:
             with self._http.stream(**call.http) as response:
@@ -267,7 +267,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
                     for chunk in response.iter_bytes():
                         handle.write(chunk)
                 return Answer.of(response)
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             return exc
 
     def _read(self, response: httpx.Response) -> Answer:
@@ -289,7 +289,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
 
     def _stream(self, call: Call, last_event_id: str | None) -> Iterator[StreamEvent]:
         resume = self._resume(call, last_event_id)
-        outcome: Answer | httpx.TransportError | None
+        outcome: Answer | httpx.RequestError | None
         while True:
             try:
                 with self._http.stream(**resume.connect().http) as response:
@@ -301,7 +301,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
                             if resume.ended:
                                 return
                         outcome = None  # closed before the job ended
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 outcome = exc
             time.sleep(resume.lost(outcome))
 
@@ -427,7 +427,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 return retry.result(outcome)
             await asyncio.sleep(delay)
 
-    async def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.TransportError:
+    async def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.RequestError:
         try:
             async with self._http.stream(**call.http) as response:
                 if into is None or not response.is_success:
@@ -437,7 +437,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                     async for chunk in response.aiter_bytes():
                         handle.write(chunk)
                 return Answer.of(response)
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             return exc
 
     async def _read(self, response: httpx.Response) -> Answer:
@@ -460,7 +460,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
 
     async def _stream(self, call: Call, last_event_id: str | None) -> AsyncIterator[StreamEvent]:
         resume = self._resume(call, last_event_id)
-        outcome: Answer | httpx.TransportError | None
+        outcome: Answer | httpx.RequestError | None
         while True:
             try:
                 async with self._http.stream(**resume.connect().http) as response:
@@ -473,7 +473,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                             if resume.ended:
                                 return
                         outcome = None  # closed before the job ended
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 outcome = exc
             await asyncio.sleep(resume.lost(outcome))
 

@@ -257,6 +257,23 @@ def test_a_server_that_repeats_its_cursor_is_not_followed_forever(mode: str) -> 
     assert [r.url.params.get("after") for r in recording.requests] == [None, "abc"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_an_answer_that_cannot_be_read_is_a_clear_error_not_a_traceback(mode: str) -> None:
+    garbled = httpx.Response(200, headers={"Content-Encoding": "gzip"}, stream=httpx.ByteStream(b"not gzip"))
+    not_json = httpx.Response(200, text="<html>a captive portal</html>")
+    bad_time = httpx.Response(200, json={**JOB, "created_at": "yesterday"})
+    for answer, says in (
+        (garbled, "could not be decoded"),
+        (not_json, "no valid JSON"),
+        (bad_time, "Job.created_at is not a timestamp: 'yesterday'"),
+    ):
+        recording = Recording(answer)
+        with pytest.raises(ApiError) as caught:
+            call(mode, recording, lambda c: c.jobs.get(7), retries=QUICK)
+        assert caught.value.code == "invalid_answer" and says in str(caught.value)
+        assert len(recording.requests) == 1
+
+
 # ---------------------------------------------------------------------------------------------------
 # The I/O-free parts
 # ---------------------------------------------------------------------------------------------------
