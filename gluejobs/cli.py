@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gluejobs import research_cli
-from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, Metric
+from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, Metric, RetryPolicy
 
 # Commands that hand the rest of the command line to another parser.
 FORWARDING_COMMANDS = ("serve", "worker", "submit", "sweep")
@@ -162,7 +162,9 @@ def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
 
 
-CLI_RETRIES = 2  # a person at a terminal would rather hear at once that the API is down
+# A person at a terminal would rather hear at once that nobody is listening, but an API that answers
+# 503 (its database away) or 429 is waited for, as long as it asks (Retry-After), with backoff.
+CLI_RETRIES = RetryPolicy(connect_retries=2)
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -408,7 +410,10 @@ def _metrics(args: argparse.Namespace, _extra: list[str]) -> int:
 
 def _download(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
-        dest = client.jobs.download(args.job_id, args.dest, checkpoint=args.checkpoint)
+        try:
+            dest = client.jobs.download(args.job_id, args.dest, checkpoint=args.checkpoint)
+        except OSError as exc:  # the local side: a full disk, a folder that cannot be written
+            raise CliError(f"cannot write the download into {args.dest}: {exc}") from exc
     what = f"checkpoint {args.checkpoint}" if args.checkpoint is not None else "model"
     print(f"job {args.job_id}: {what} downloaded to {dest}")
     return 0
