@@ -9,6 +9,7 @@ from service.errors import install_error_handlers
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
+from service.origins import HostRules
 from service.prometheus import registry_for
 from service.routes import (
     artifacts,
@@ -26,7 +27,11 @@ from shared.config import Settings, get_settings
 from shared.db import Database
 
 
-def create_app(settings: Settings | None = None, db: Database | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
+) -> FastAPI:
+    """The API; `host` is the address it is bound to (None: the default, loopback), whose names the
+    Host check accepts."""
     settings = settings or get_settings()
     app = FastAPI(
         title="gluejobs",
@@ -39,7 +44,13 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     app.state.db = db or Database(settings.database_url)
     app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, keys=app.state.keys, max_body_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        RequestGuard,
+        keys=app.state.keys,
+        hosts=HostRules.for_server(settings, host),
+        max_body_bytes=settings.max_request_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
 
     v1 = APIRouter(prefix=PROTECTED_PREFIX)
     v1.include_router(jobs.router)

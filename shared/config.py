@@ -82,6 +82,62 @@ class Settings(BaseSettings):
         default_factory=list, description="Keys (or digests) that see and cancel every job"
     )
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
+
+    # --- what one client may hold of the API (service/connections.py, service/guard.py) -------------
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections the API keeps at most; at the limit, a new connection closes the "
+        "one that has waited longest for a request head (a slow or idle client), else it gets 503",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that has not sent a whole request head this long is closed",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request whose body has not all arrived this long after it began gets 408",
+    )
+    keep_alive_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)",
+    )
+    max_header_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        description="The request line and headers together (h11's max_incomplete_event_size); more gets 400",
+    )
+    client_log_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Slow, idle and broken clients are logged as one summary line per interval, not a "
+        "line each",
+    )
+    allowed_hosts: KeyList = Field(
+        default_factory=list,
+        description="Host names (or `*.example.org`, or `*` for any) the API answers to besides its bound "
+        "address and loopback names; other Host headers get 400 (DNS rebinding)",
+    )
+    allowed_origins: KeyList = Field(
+        default_factory=list,
+        description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
+        "requests; a browser request from any other origin gets 403",
+    )
+    max_dry_runs: int = Field(
+        default=2,
+        ge=1,
+        description="Dry runs (they read and tokenise data inside the API) at once; more get 429 with "
+        "Retry-After",
+    )
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _parse_names(cls, value: object) -> object:
+        return _split_keys(value.lower() if isinstance(value, str) else value)
+
     trackers: KeyList = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the workers serve (installed and configured on every worker); "

@@ -16,13 +16,14 @@ from shared.models import Job
 from shared.plan import plan_job
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
+from tests.e2e import LOOPBACK_URL
 
 MRPC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc", "max_train_samples": 100, "seed": 1}
 
 
 @pytest.fixture
 def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 def dry_run(client: TestClient, spec: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +108,12 @@ def test_what_the_api_cannot_read_is_said_unknown(settings: Settings, db: Databa
     (broken / "tokenizer.json").write_text("{not json")
     (broken / "config.json").write_text('{"hidden_size": "wide", "vocab_size": "many"}')
     no_glue_copy = TestClient(
-        create_app(settings.model_copy(update={"models_dir": models, "glue_dir": None}), db)
+        create_app(settings.model_copy(update={"models_dir": models, "glue_dir": None}), db),
+        base_url=LOOPBACK_URL,
     )
-    with_glue_copy = TestClient(create_app(settings.model_copy(update={"models_dir": models}), db))
+    with_glue_copy = TestClient(
+        create_app(settings.model_copy(update={"models_dir": models}), db), base_url=LOOPBACK_URL
+    )
 
     from_hub = dry_run(no_glue_copy, {**MRPC, "model_name_or_path": "bert-base-uncased"})
     local = dry_run(with_glue_copy, {**MRPC, "model_name_or_path": "broken"})
@@ -188,7 +192,9 @@ def test_the_checks_read_a_changed_file_again(client: TestClient, files: Path) -
 
 
 def test_an_api_that_cannot_see_the_data_can_skip_the_checks(settings: Settings, db: Database) -> None:
-    client = TestClient(create_app(settings.model_copy(update={"check_data_on_submit": False}), db))
+    client = TestClient(
+        create_app(settings.model_copy(update={"check_data_on_submit": False}), db), base_url=LOOPBACK_URL
+    )
 
     response = client.post("/v1/jobs", json={"spec": {**MRPC, "train_file": "nowhere.csv"}})
 
