@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from shared.errors import GluejobsError, InvalidSpec, shorten
+from shared.errors import GluejobsError, InvalidSpec, TooBusy, shorten
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ _HTTP_CODES = {
     413: "request_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
+    429: "too_many_requests",
 }
 
 
@@ -60,7 +61,8 @@ async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
     field = exc.field
     if isinstance(exc, InvalidSpec) and field is not None:
         field = f"spec.{field}"  # InvalidSpec names JobSpec fields, which sit under "spec" in a request
-    return error_response(exc.status_code, exc.code, exc.message, field)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooBusy) else None
+    return error_response(exc.status_code, exc.code, exc.message, field, headers=headers)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI
 
 from service.auth import KeyRing
+from service.dry_runs import DryRunSlots
 from service.errors import install_error_handlers
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
@@ -43,6 +44,7 @@ def create_app(
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
     app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
+    app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,

@@ -28,6 +28,9 @@ _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 # Keys travel in an HTTP header, which carries bytes Starlette reads as latin-1: printable ASCII
 # (no spaces, no commas: those separate entries) is what arrives unchanged on every client.
 _KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
+# The experiment trackers whose files a worker keeps inside the job's folder (worker/tracking.py);
+# Accelerate's others write to the working directory or the home folder, so none may be served.
+CONFINED_TRACKERS = ("tensorboard", "mlflow")
 
 
 class Settings(BaseSettings):
@@ -148,6 +151,17 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_trackers(cls, value: object) -> object:
         return _split_keys(value.lower() if isinstance(value, str) else value)
+
+    @field_validator("trackers")
+    @classmethod
+    def _confined_trackers(cls, value: list[str]) -> list[str]:
+        outside = [name for name in value if name not in CONFINED_TRACKERS]
+        if outside:
+            raise ValueError(
+                f"GLUEJOBS_TRACKERS: {outside[0]!r} would write outside the job's folder on the workers; "
+                f"gluejobs serves {', '.join(CONFINED_TRACKERS)}"
+            )
+        return value
 
     peak_flops: float | None = Field(
         default=None,

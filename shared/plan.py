@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from shared.config import Settings
 from shared.data_checks import DataReport, read_and_check
 from shared.data_files import JobData, Split
+from shared.data_scope import DataScope
 from shared.model_files import count, local_model_folder, read_config, safetensors_shapes
 from shared.spec import JobSpec
 
@@ -39,10 +40,10 @@ GIB = 1024**3
 DEFAULT_LORA_TARGETS = ("query", "value", "query_proj", "value_proj", "q_lin", "v_lin", "q_proj", "v_proj")
 
 
-def plan_job(spec: JobSpec, settings: Settings) -> dict[str, Any]:
-    """The plan of a job whose spec is resolved (paths checked, seed recorded); InvalidSpec when its
-    data would fail it on a worker."""
-    data, report = read_and_check(spec, settings)
+def plan_job(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str, Any]:
+    """The plan of a job whose spec is resolved (shared.job_checks.check_job_spec, seed recorded);
+    InvalidSpec when its data would fail it on a worker (quoting only the caller's own files)."""
+    data, report = read_and_check(spec, settings, scope=scope)
     train_rows = len(data.train) if data.train is not None else None
     schedule = training_schedule(spec, train_rows, {name: len(rows) for name, rows in data.evals.items()})
     tokens = token_lengths(spec, settings, data)

@@ -11,12 +11,19 @@ from fastapi.testclient import TestClient
 
 from service.main import create_app
 from shared.config import Settings
+from shared.data_scope import DataScope, data_scope
 from shared.db import Database
 from shared.models import Job
 from shared.plan import plan_job
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import LOOPBACK_URL
+
+
+def one_user_scope(settings: Settings) -> DataScope:
+    """No API keys: the one user's data scope, the whole data folder."""
+    return data_scope(settings, owner=None, is_admin=True)
+
 
 MRPC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc", "max_train_samples": 100, "seed": 1}
 
@@ -231,7 +238,7 @@ def test_the_schedule_is_what_the_training_loop_does(plain_settings: Settings, t
         save_strategy="no",
         seed=2,
     )
-    plan = plan_job(spec, plain_settings)["schedule"]
+    plan = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["schedule"]
 
     class Recorder(LogReporter):
         def __init__(self) -> None:
@@ -273,7 +280,7 @@ def test_token_lengths_are_the_workers_tokenizers(plain_settings: Settings, mode
     from shared.data_files import read_job_data
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=300, max_length=40)
-    tokens = plan_job(spec, plain_settings)["tokens"]
+    tokens = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["tokens"]
 
     data = read_job_data(spec, plain_settings)
     assert data.train is not None
@@ -298,7 +305,10 @@ def test_the_memory_estimate_counts_the_models_parameters(plain_settings: Settin
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=64)
     lora = spec.model_copy(update={"apply_lora": True, "lora_r": 4})
-    full, adapted = plan_job(spec, plain_settings)["memory"], plan_job(lora, plain_settings)["memory"]
+    full, adapted = (
+        plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["memory"],
+        plan_job(lora, plain_settings, scope=one_user_scope(plain_settings))["memory"],
+    )
 
     from peft import LoraConfig, TaskType, get_peft_model
 
