@@ -8,10 +8,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
 from shared.errors import GluejobsError, InvalidSpec, TooBusy, shorten
+from shared.resilience import is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +30,7 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
     422: "invalid_request",
     429: "too_many_requests",
+    503: DATABASE_UNAVAILABLE,
 }
 
 
@@ -117,6 +121,21 @@ def _allowed_methods(request: Request) -> list[str]:
     ]
 
 
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """503 while the database is unreachable; any other database error is a bug (500). Either way the
+    answer comes from here, not from uvicorn's last resort, so the connection stays open."""
+    if is_transient(exc):
+        outage: DatabaseOutage | None = getattr(request.app.state, "outage", None)
+        if outage is not None:
+            outage.failed(exc)  # the engine's events have seen it too: this logs nothing new
+            outage.count_refusal()
+        return error_response(
+            503, DATABASE_UNAVAILABLE, UNAVAILABLE_MESSAGE, headers={"Retry-After": str(RETRY_AFTER_S)}
+        )
+    logger.exception("database error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal error; the server log has the details")
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal error; the server log has the details")
@@ -126,4 +145,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(GluejobsError, _gluejobs_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(SQLAlchemyError, _database_error)
     app.add_exception_handler(Exception, _unexpected_error)

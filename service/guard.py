@@ -23,7 +23,7 @@ close the connection, so the server does not go on reading a body nobody will us
 from __future__ import annotations
 
 import anyio
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,6 +53,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _no_sniffing(send)
         headers = Headers(scope=scope)
         host = headers.get("host")
         if not self.hosts.allows_host(host):
@@ -126,3 +127,15 @@ class RequestGuard:
         response = error_response(status, code, message)
         response.headers["Connection"] = "close"
         await response(scope, receive, send)
+
+
+def _no_sniffing(send: Send) -> Send:
+    """Every answer says its Content-Type is to be believed: an artifact served as text or JSON is
+    never run as HTML or a script by a browser that guesses."""
+
+    async def send_with_header(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            MutableHeaders(scope=message).setdefault("X-Content-Type-Options", "nosniff")
+        await send(message)
+
+    return send_with_header

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from service import outage
 from service.auth import KeyRing
 from service.dry_runs import DryRunSlots
 from service.errors import install_error_handlers
@@ -38,11 +39,15 @@ def create_app(
         title="gluejobs",
         version="0.1.0",
         summary="Fine-tuning jobs for GLUE-style classification and regression, as a REST service",
+        # /docs is served from service/static (routes/dashboard.py), not from a CDN; no ReDoc.
+        docs_url=None,
+        redoc_url=None,
         # On every route, before its own validation: values no database stores faithfully.
         dependencies=[Depends(reject_unstorable_values)],
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
+    app.state.outage = outage.watch(app.state.db.engine)
     app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     install_error_handlers(app)
@@ -64,7 +69,9 @@ def create_app(
     v1.include_router(workers.router)
     app.include_router(v1)
     app.include_router(health.router)
-    app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s)
+    app.state.prometheus = {  # by whether the caller is an admin
+        admin: registry_for(app.state.db, lease_s=settings.lease_s, per_job=admin) for admin in (True, False)
+    }
     app.include_router(prometheus.router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)

@@ -144,7 +144,9 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the tokenizers library raises its own exception types for a bad file
-        return {"status": "unknown", "reason": f"the model folder's tokenizer.json could not be read: {exc}"}
+        # The library's message names the file by its server path: its kind says enough.
+        reason = f"the model folder's tokenizer.json could not be read ({type(exc).__name__})"
+        return {"status": "unknown", "reason": reason}
     tokenizer.no_padding()
     tokenizer.no_truncation()  # truncation is applied below, so truncated rows can be counted
     result: dict[str, Any] = {
