@@ -37,6 +37,8 @@ def api(settings_factory: Any, db_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_job_id_lists_are_ascii_digits_and_bounded(api: httpx.Client) -> None:
     job = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE)).json()
     for value, message in (
@@ -58,6 +60,8 @@ def test_job_id_lists_are_ascii_digits_and_bounded(api: httpx.Client) -> None:
     assert named.status_code == 422 and "has not succeeded" in named.json()["error"]["message"]
 
 
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_dry_runs_beyond_the_limit_get_429(api: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     inside, release = threading.Event(), threading.Event()
     real_plan = jobs_routes.plan_job
@@ -93,6 +97,8 @@ def test_dry_runs_beyond_the_limit_get_429(api: httpx.Client, monkeypatch: pytes
     assert again.status_code == 200, again.text
 
 
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_an_artifact_path_too_long_for_a_file_name_is_refused(api: httpx.Client) -> None:
     job = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE)).json()
     for path in ("a" * 256, f"checkpoints/{'é' * 128}", "/".join(["d" * 200] * 25)):
