@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.auth import KeyRing, Principal
 from shared import jobs_repo
 from shared.config import Settings
+from shared.data_scope import DataScope, data_scope
 from shared.db import Database
 from shared.models import Job, Sweep
 
@@ -66,6 +67,15 @@ def get_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_data_scope(settings: SettingsDep, principal: PrincipalDep) -> DataScope:
+    """Where the caller's data paths resolve (shared/data_scope.py): the whole data folder without
+    keys and for admin keys, the key owner's own folder for every other key."""
+    return data_scope(settings, owner=principal.owner, is_admin=principal.is_admin)
+
+
+DataScopeDep = Annotated[DataScope, Depends(get_data_scope)]
 
 
 def get_job(

@@ -8,22 +8,29 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from shared.errors import GluejobsError, InvalidSpec, shorten
+from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
+from shared.errors import GluejobsError, InvalidSpec, TooBusy, shorten
+from shared.resilience import is_transient
 
 logger = logging.getLogger(__name__)
 
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "request_too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
+    429: "too_many_requests",
+    503: DATABASE_UNAVAILABLE,
 }
 
 
@@ -58,7 +65,8 @@ async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
     field = exc.field
     if isinstance(exc, InvalidSpec) and field is not None:
         field = f"spec.{field}"  # InvalidSpec names JobSpec fields, which sit under "spec" in a request
-    return error_response(exc.status_code, exc.code, exc.message, field)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooBusy) else None
+    return error_response(exc.status_code, exc.code, exc.message, field, headers=headers)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -113,6 +121,21 @@ def _allowed_methods(request: Request) -> list[str]:
     ]
 
 
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """503 while the database is unreachable; any other database error is a bug (500). Either way the
+    answer comes from here, not from uvicorn's last resort, so the connection stays open."""
+    if is_transient(exc):
+        outage: DatabaseOutage | None = getattr(request.app.state, "outage", None)
+        if outage is not None:
+            outage.failed(exc)  # the engine's events have seen it too: this logs nothing new
+            outage.count_refusal()
+        return error_response(
+            503, DATABASE_UNAVAILABLE, UNAVAILABLE_MESSAGE, headers={"Retry-After": str(RETRY_AFTER_S)}
+        )
+    logger.exception("database error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal error; the server log has the details")
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal error; the server log has the details")
@@ -122,4 +145,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(GluejobsError, _gluejobs_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(SQLAlchemyError, _database_error)
     app.add_exception_handler(Exception, _unexpected_error)

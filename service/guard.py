@@ -2,11 +2,16 @@
 
 A pure ASGI middleware, so it sees each request before Starlette reads a byte of its body:
 
+- a Host header that does not name this API gets 400, and a state-changing request that a web page
+  on another origin sent gets 403 (service/origins.py: DNS rebinding, cross-site requests);
 - a /v1 request without a valid key gets 401 at once, so an anonymous 100 MiB upload costs the API
   nothing but the headers;
 - a body is capped by the bytes actually received, not by trusting Content-Length: a declared
   length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
-  uploads have no Content-Length) stops being read and gets 413.
+  uploads have no Content-Length) stops being read and gets 413;
+- a body must have arrived whole within GLUEJOBS_BODY_TIMEOUT_S of the app's first read of it, or
+  the request gets 408 and its connection is closed: a client sending a byte a second cannot hold
+  a connection (the time to send the request head is bounded in service/connections.py).
 
 Why not Starlette's RequestBodyLimitMiddleware (FastAPI's `max_body_size`)? It counts received bytes
 too, but when Content-Length is over the limit it replaces whatever response the app sends, the 401
@@ -17,12 +22,14 @@ close the connection, so the server does not go on reading a body nobody will us
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
+import anyio
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import KeyRing
 from service.errors import error_response
+from service.origins import SAFE_METHODS, HostRules
 from shared.errors import Unauthorized
 
 PROTECTED_PREFIX = "/v1"
@@ -33,16 +40,34 @@ def too_large_message(max_body_bytes: int) -> str:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, keys: KeyRing, hosts: HostRules, max_body_bytes: int, body_timeout_s: float
+    ) -> None:
         self.app = app
         self.keys = keys
+        self.hosts = hosts
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _no_sniffing(send)
         headers = Headers(scope=scope)
+        host = headers.get("host")
+        if not self.hosts.allows_host(host):
+            message = "the Host header does not name this API (add the name to GLUEJOBS_ALLOWED_HOSTS)"
+            await self._refuse(400, "invalid_host", message, scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if scope["method"] not in SAFE_METHODS and (
+            (origin is not None and not self.hosts.allows_origin(origin, host))
+            or (origin is None and headers.get("sec-fetch-site") == "cross-site")
+        ):
+            message = "a web page on another origin may not change anything here (GLUEJOBS_ALLOWED_ORIGINS)"
+            await self._refuse(403, "forbidden_origin", message, scope, receive, send)
+            return
         path: str = scope["path"]
         if path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"):
             try:
@@ -63,10 +88,26 @@ class RequestGuard:
 
     def _capped(self, receive: Receive) -> Receive:
         received = 0
+        deadline: float | None = None  # set at the app's first read of the body
+        whole = False
 
         async def capped_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, deadline, whole
+            if whole:
+                return await receive()  # after the body: http.disconnect, awaited by streams for hours
+            if deadline is None:
+                deadline = anyio.current_time() + self.body_timeout_s
+            message: Message | None = None
+            with anyio.move_on_after(deadline - anyio.current_time()):
+                message = await receive()
+            if message is None:
+                raise HTTPException(
+                    408,
+                    f"the request body did not arrive within {self.body_timeout_s:g} s",
+                    headers={"Connection": "close"},
+                )
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                whole = True
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
@@ -86,3 +127,15 @@ class RequestGuard:
         response = error_response(status, code, message)
         response.headers["Connection"] = "close"
         await response(scope, receive, send)
+
+
+def _no_sniffing(send: Send) -> Send:
+    """Every answer says its Content-Type is to be believed: an artifact served as text or JSON is
+    never run as HTML or a script by a browser that guesses."""
+
+    async def send_with_header(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            MutableHeaders(scope=message).setdefault("X-Content-Type-Options", "nosniff")
+        await send(message)
+
+    return send_with_header

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from shared.errors import InvalidRequest, NotFound
+from shared.errors import InvalidRequest, NotFound, quote
+from shared.model_names import NAME_MAX_BYTES
 
 LOGS = "logs"
 CHECKPOINTS = "checkpoints"
@@ -25,6 +26,8 @@ CHUNK_BYTES = 1 << 20
 MAX_LISTED_FILES = 20_000
 # The live stream sends a log in pieces of at most this size, cut at line ends.
 MAX_LOG_PIECE_BYTES = 64 * 1024
+# Linux's PATH_MAX: a longer path names no file (and stat() would fail with ENAMETOOLONG).
+PATH_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,20 @@ class Artifact:
 
 
 def confined(root: Path, relative: str) -> Path:
-    """`relative` under `root`, symbolic links resolved; refused when it leaves `root`."""
+    """`relative` under `root`, symbolic links resolved; refused when it leaves `root` or is not a
+    name the filesystem can hold (a component over 255 bytes, a path over 4096)."""
     if "\0" in relative or Path(relative).is_absolute():
-        raise InvalidRequest(f"path {relative!r} is not a path inside the job's folder", field="path")
+        raise InvalidRequest(f"path {quote(relative)} is not a path inside the job's folder", field="path")
+    encoded = relative.encode("utf-8", "surrogateescape")
+    if len(encoded) > PATH_MAX_BYTES or any(len(part) > NAME_MAX_BYTES for part in encoded.split(b"/")):
+        raise InvalidRequest(
+            f"path {quote(relative)} is longer than a file name can be ({NAME_MAX_BYTES} bytes a component, "
+            f"{PATH_MAX_BYTES} in all)",
+            field="path",
+        )
     target = (root / relative).resolve()
     if not target.is_relative_to(root):
-        raise InvalidRequest(f"path {relative!r} leaves the job's folder", field="path")
+        raise InvalidRequest(f"path {quote(relative)} leaves the job's folder", field="path")
     return target
 
 

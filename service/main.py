@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from service import outage
 from service.auth import KeyRing
+from service.dry_runs import DryRunSlots
 from service.errors import install_error_handlers
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
+from service.origins import HostRules
 from service.prometheus import registry_for
 from service.routes import (
     artifacts,
@@ -26,20 +29,35 @@ from shared.config import Settings, get_settings
 from shared.db import Database
 
 
-def create_app(settings: Settings | None = None, db: Database | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
+) -> FastAPI:
+    """The API; `host` is the address it is bound to (None: the default, loopback), whose names the
+    Host check accepts."""
     settings = settings or get_settings()
     app = FastAPI(
         title="gluejobs",
         version="0.1.0",
         summary="Fine-tuning jobs for GLUE-style classification and regression, as a REST service",
+        # /docs is served from service/static (routes/dashboard.py), not from a CDN; no ReDoc.
+        docs_url=None,
+        redoc_url=None,
         # On every route, before its own validation: values no database stores faithfully.
         dependencies=[Depends(reject_unstorable_values)],
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
+    app.state.outage = outage.watch(app.state.db.engine)
     app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
+    app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, keys=app.state.keys, max_body_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        RequestGuard,
+        keys=app.state.keys,
+        hosts=HostRules.for_server(settings, host),
+        max_body_bytes=settings.max_request_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
 
     v1 = APIRouter(prefix=PROTECTED_PREFIX)
     v1.include_router(jobs.router)
@@ -51,7 +69,9 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     v1.include_router(workers.router)
     app.include_router(v1)
     app.include_router(health.router)
-    app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s)
+    app.state.prometheus = {  # by whether the caller is an admin
+        admin: registry_for(app.state.db, lease_s=settings.lease_s, per_job=admin) for admin in (True, False)
+    }
     app.include_router(prometheus.router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)

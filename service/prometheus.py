@@ -31,17 +31,22 @@ JOB_DURATION_BUCKETS_S = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43
 EPOCH_DURATION_BUCKETS_S = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400)
 
 
-def registry_for(db: Database, *, lease_s: float) -> CollectorRegistry:
-    """A registry of its own per app (not the process-wide default), holding only the database collector."""
+def registry_for(db: Database, *, lease_s: float, per_job: bool) -> CollectorRegistry:
+    """A registry of its own per app (not the process-wide default), holding only the database collector.
+
+    `per_job`: series labelled with job ids (for admins, who may see every job); without it the same
+    figures are summed over the jobs, so a key learns nothing of other owners' jobs.
+    """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(db, lease_s=lease_s))
+    registry.register(DatabaseCollector(db, lease_s=lease_s, per_job=per_job))
     return registry
 
 
 class DatabaseCollector(Collector):
-    def __init__(self, db: Database, *, lease_s: float) -> None:
+    def __init__(self, db: Database, *, lease_s: float, per_job: bool) -> None:
         self.db = db
         self.lease_s = lease_s
+        self.per_job = per_job
 
     def describe(self) -> list[Metric]:
         return []  # nothing to check at registration; collect() queries the database
@@ -164,16 +169,28 @@ class DatabaseCollector(Collector):
     # --- throughput of running jobs -----------------------------------------------------------------
 
     def _throughput(self, session: Session) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            f"{PREFIX}_job_train_samples_per_second",
-            "Training samples per second of each running job, over its two newest loss rows",
-            labels=["job"],
-        )
+        name = f"{PREFIX}_job_train_samples_per_second"
         running = session.execute(
             select(Job.id, Job.spec, Job.num_processes).where(Job.status == JobStatus.running)
         ).all()
-        for job_id, spec, processes in running:
-            rate = _samples_per_second(session, job_id, spec, processes)
+        rates = {
+            job_id: _samples_per_second(session, job_id, spec, processes)
+            for job_id, spec, processes in running
+        }
+        if not self.per_job:
+            yield GaugeMetricFamily(
+                name,
+                "Training samples per second of the running jobs together, each over its two newest loss "
+                "rows (per job, labelled with its id, for admin keys)",
+                value=sum(rate for rate in rates.values() if rate is not None),
+            )
+            return
+        family = GaugeMetricFamily(
+            name,
+            "Training samples per second of each running job, over its two newest loss rows",
+            labels=["job"],
+        )
+        for job_id, rate in rates.items():
             if rate is not None:
                 family.add_metric([str(job_id)], rate)
         yield family

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import resource
+from typing import Any
 
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -83,11 +85,66 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs serve") -> int:
     if refusal:
         arguments.error(refusal)  # exits with status 2
 
-    import uvicorn
-
-    from service.main import create_app
-
     db = Database(settings.database_url)
     upgrade(db)
-    uvicorn.run(create_app(settings, db), host=args.host, port=args.port, log_level="info")
+    serve(settings, db, host=args.host, port=args.port)
     return 0
+
+
+# Descriptors the API needs besides its client connections: database connections, data and
+# artifact files it reads, log files, the listening socket.
+RESERVED_DESCRIPTORS = 256
+
+
+def connection_limit(settings: Settings) -> int:
+    """GLUEJOBS_MAX_CONNECTIONS, lowered to what the process may open. The soft RLIMIT_NOFILE is raised
+    towards the hard one first: its usual 1024 is a leftover of select(), which asyncio does not use."""
+    wanted = settings.max_connections + RESERVED_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        limit = max(1, soft - RESERVED_DESCRIPTORS)
+        logger.warning(
+            "GLUEJOBS_MAX_CONNECTIONS %d lowered to %d: the process may open %d files (ulimit -n)",
+            settings.max_connections,
+            limit,
+            soft,
+        )
+        return limit
+    return settings.max_connections
+
+
+def uvicorn_config(settings: Settings, db: Database, *, host: str, port: int, **options: Any) -> Any:
+    """uvicorn's configuration for the API: its own limits, plus the connection guard's protocol."""
+    import uvicorn
+
+    from service.connections import ClientEventLog, ConnectionLimits, guarded_protocol, install_log_filters
+    from service.main import create_app
+
+    limits = ConnectionLimits(
+        max_connections=connection_limit(settings),
+        header_timeout_s=settings.header_timeout_s,
+        log_interval_s=settings.client_log_interval_s,
+    )
+    events = ClientEventLog(limits)
+    config = uvicorn.Config(
+        create_app(settings, db, host=host),
+        host=host,
+        port=port,
+        http=guarded_protocol(limits, events),
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]  # used as a float (call_later)
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        # No limit_concurrency: it answers 503 to every request once the *connections* reach it, which
+        # lets slow clients shut everyone out; the protocol bounds connections without that flaw.
+        **options,
+    )
+    install_log_filters(events)  # after uvicorn.Config, which configures logging
+    return config
+
+
+def serve(settings: Settings, db: Database, *, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.Server(uvicorn_config(settings, db, host=host, port=port, log_level="info")).run()

@@ -28,6 +28,9 @@ _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 # Keys travel in an HTTP header, which carries bytes Starlette reads as latin-1: printable ASCII
 # (no spaces, no commas: those separate entries) is what arrives unchanged on every client.
 _KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
+# The experiment trackers whose files a worker keeps inside the job's folder (worker/tracking.py);
+# Accelerate's others write to the working directory or the home folder, so none may be served.
+CONFINED_TRACKERS = ("tensorboard", "mlflow")
 
 
 class Settings(BaseSettings):
@@ -82,6 +85,62 @@ class Settings(BaseSettings):
         default_factory=list, description="Keys (or digests) that see and cancel every job"
     )
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
+
+    # --- what one client may hold of the API (service/connections.py, service/guard.py) -------------
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections the API keeps at most; at the limit, a new connection closes the "
+        "one that has waited longest for a request head (a slow or idle client), else it gets 503",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that has not sent a whole request head this long is closed",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request whose body has not all arrived this long after it began gets 408",
+    )
+    keep_alive_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)",
+    )
+    max_header_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        description="The request line and headers together (h11's max_incomplete_event_size); more gets 400",
+    )
+    client_log_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Slow, idle and broken clients are logged as one summary line per interval, not a "
+        "line each",
+    )
+    allowed_hosts: KeyList = Field(
+        default_factory=list,
+        description="Host names (or `*.example.org`, or `*` for any) the API answers to besides its bound "
+        "address and loopback names; other Host headers get 400 (DNS rebinding)",
+    )
+    allowed_origins: KeyList = Field(
+        default_factory=list,
+        description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
+        "requests; a browser request from any other origin gets 403",
+    )
+    max_dry_runs: int = Field(
+        default=2,
+        ge=1,
+        description="Dry runs (they read and tokenise data inside the API) at once; more get 429 with "
+        "Retry-After",
+    )
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _parse_names(cls, value: object) -> object:
+        return _split_keys(value.lower() if isinstance(value, str) else value)
+
     trackers: KeyList = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the workers serve (installed and configured on every worker); "
@@ -92,6 +151,17 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_trackers(cls, value: object) -> object:
         return _split_keys(value.lower() if isinstance(value, str) else value)
+
+    @field_validator("trackers")
+    @classmethod
+    def _confined_trackers(cls, value: list[str]) -> list[str]:
+        outside = [name for name in value if name not in CONFINED_TRACKERS]
+        if outside:
+            raise ValueError(
+                f"GLUEJOBS_TRACKERS: {outside[0]!r} would write outside the job's folder on the workers; "
+                f"gluejobs serves {', '.join(CONFINED_TRACKERS)}"
+            )
+        return value
 
     peak_flops: float | None = Field(
         default=None,

@@ -8,7 +8,11 @@ read (it never downloads); the report says so.
 
 Reports are cached per data version: the key holds every source's path, size and modification
 time (plus the spec fields that change what is read), so the tenth job of a sweep on the same
-files costs a few stat() calls, and a changed file is read again.
+files costs a few stat() calls, and a changed file is read again. Refusals are cached the same way,
+so resubmitting a spec whose large file fails on its last row does not read that file again.
+
+Whose files may be quoted in a refusal is the caller's data scope's to say (shared/data_scope.py):
+a label from a file the caller does not own is never quoted back.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from shared.data_files import (
     read_job_data,
     read_local_test_splits,
 )
+from shared.data_scope import DataScope
 from shared.errors import InvalidSpec
 from shared.spec import JobSpec
 from shared.tasks import TASKS
@@ -77,26 +82,34 @@ class DataReport:
         }
 
 
-def check_job_data(spec: JobSpec, settings: Settings) -> DataReport:
+def check_job_data(spec: JobSpec, settings: Settings, *, scope: DataScope) -> DataReport:
     """The checks a submission runs (cached per data version); InvalidSpec naming the field."""
     try:
-        cached = _cache.get(_cache_key(spec, settings))
+        key = _cache_key(spec, settings, scope)
     except DataError as exc:
         raise as_invalid_spec(exc) from exc
+    cached = _cache.get(key)
+    if isinstance(cached, InvalidSpec):
+        raise InvalidSpec(cached.message, field=cached.field)
     if cached is not None:
         return cached
-    _data, report = read_and_check(spec, settings)
+    _data, report = read_and_check(spec, settings, scope=scope)
     return report
 
 
-def read_and_check(spec: JobSpec, settings: Settings) -> tuple[JobData, DataReport]:
+def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tuple[JobData, DataReport]:
     """Read the job's data once (the dry run also measures its texts) and check it."""
     try:
-        key = _cache_key(spec, settings)
-        data = read_job_data(spec, settings)
-        predict = _predict_splits(spec, settings)
+        key = _cache_key(spec, settings, scope)
     except DataError as exc:
         raise as_invalid_spec(exc) from exc
+    try:
+        data = read_job_data(spec, settings, quotable=scope.owns)
+        predict = _predict_splits(spec, settings)
+    except DataError as exc:
+        refusal = as_invalid_spec(exc)
+        _cache.put(key, refusal)
+        raise refusal from exc
     report = _report(data, predict)
     if spec.do_predict and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
@@ -158,7 +171,7 @@ def _split_report(rows: Split, data: JobData) -> SplitReport:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _cache_key(spec: JobSpec, settings: Settings) -> str:
+def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
     sources: dict[str, Any] = {}
     for role, source in job_data_files(spec, settings).items():
         sources[role] = _version(source) if isinstance(source, Path) else source
@@ -172,6 +185,7 @@ def _cache_key(spec: JobSpec, settings: Settings) -> str:
             spec.do_predict,
             str(settings.glue_dir),
             str(settings.data_dir),
+            scope.owned_folder,  # what the refusal may quote
         )
     )
 
@@ -185,21 +199,21 @@ def _version(path: Path) -> tuple[str, int, int] | str:
 
 
 class _Reports:
-    """A small thread-safe LRU (routes run in a thread pool); errors are not cached."""
+    """A small thread-safe LRU (routes run in a thread pool) of reports and refusals."""
 
     def __init__(self, size: int) -> None:
-        self._items: OrderedDict[str, DataReport] = OrderedDict()
+        self._items: OrderedDict[str, DataReport | InvalidSpec] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> DataReport | None:
+    def get(self, key: str) -> DataReport | InvalidSpec | None:
         with self._lock:
             report = self._items.get(key)
             if report is not None:
                 self._items.move_to_end(key)
             return report
 
-    def put(self, key: str, report: DataReport) -> None:
+    def put(self, key: str, report: DataReport | InvalidSpec) -> None:
         with self._lock:
             self._items[key] = report
             self._items.move_to_end(key)

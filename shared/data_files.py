@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from shared.config import Settings
+from shared.data_scope import stored_data_path
 from shared.errors import InvalidSpec, JobFailed
-from shared.spec import JobSpec, resolve_under
+from shared.spec import JobSpec
 from shared.tasks import TASKS, GlueTask
 
 LABEL = "label"
@@ -58,6 +59,15 @@ class Table:
     fingerprint: str
     field: str | None = None  # the spec field it came from, for DataError.field
     path: Path | None = None  # the file it was read from (None for the Hub)
+    # Whether error messages may quote its contents (labels, cells, column names): not when the
+    # caller does not own the file (an admin checking another owner's file).
+    quotable: bool = True
+
+    def shown(self, value: Any) -> str:
+        """A value from the file as the user wrote it (7 or 'maybe', not np.int64(7)), or withheld."""
+        if not self.quotable:
+            return "(value withheld: not your file)"
+        return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 @dataclass
@@ -96,13 +106,14 @@ HubReader = Callable[[GlueTask, list[str]], dict[str, Table]]
 
 
 def spec_file_paths(spec: JobSpec, settings: Settings) -> dict[str, Path]:
-    """The spec's own files, resolved under GLUEJOBS_DATA_DIR: {field: path}."""
+    """The spec's own files, resolved under GLUEJOBS_DATA_DIR (a file in an owner's folder inside
+    that folder): {field: path}."""
     paths: dict[str, Path] = {}
     for name in SPEC_FILE_FIELDS:
         value = getattr(spec, name)
         if value is not None:
             try:
-                paths[name] = resolve_under(settings.data_dir, value, field=name)
+                paths[name] = stored_data_path(settings, value, field=name)
             except InvalidSpec as exc:  # a worker must not trust the database with paths either
                 raise DataError(exc.message, field=name) from exc
     return paths
@@ -149,7 +160,12 @@ def job_data_files(spec: JobSpec, settings: Settings) -> dict[str, Path | str]:
 
 
 def read_job_data(
-    spec: JobSpec, settings: Settings, *, hub: HubReader | None = None, train: bool = True
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    hub: HubReader | None = None,
+    train: bool = True,
+    quotable: Callable[[Path], bool] = lambda _path: True,
 ) -> JobData:
     """The job's train, eval and test rows, with text columns and label ids or scores.
 
@@ -157,9 +173,11 @@ def read_job_data(
     rest come from GLUEJOBS_GLUE_DIR, else from `hub`. Without `hub`, Hub splits are left out and
     named in `unread` (the API's case). Eval splits are left out when the job never evaluates
     (eval_strategy "no") and no validation_file names them. With train=False only the evaluation
-    rows are read (a task's majority-class baseline); that needs a task_name.
+    rows are read (a task's majority-class baseline); that needs a task_name. `quotable` says of a
+    spec file whether error messages may quote what it holds (the API asks whether the caller owns it).
     """
-    files = _read_spec_files(spec, settings, skip=() if train else ("train_file", "test_file"))
+    skip = () if train else ("train_file", "test_file")
+    files = _read_spec_files(spec, settings, skip=skip, quotable=quotable)
     unread: list[str] = []
     train_split: Split | None
     if spec.task_name is None:
@@ -211,7 +229,9 @@ def _first_rows(rows: Split, limit: int | None) -> Split:
 # --- the spec's own files ------------------------------------------------------------------------
 
 
-def _read_spec_files(spec: JobSpec, settings: Settings, *, skip: tuple[str, ...] = ()) -> dict[str, Table]:
+def _read_spec_files(
+    spec: JobSpec, settings: Settings, *, skip: tuple[str, ...], quotable: Callable[[Path], bool]
+) -> dict[str, Table]:
     data_root = settings.data_dir.resolve()
     tables: dict[str, Table] = {}
     for name, path in spec_file_paths(spec, settings).items():
@@ -219,20 +239,30 @@ def _read_spec_files(spec: JobSpec, settings: Settings, *, skip: tuple[str, ...]
             continue
         where = f"{name} {path.relative_to(data_root).as_posix()!r}"
         if not path.is_file():
-            raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR ({settings.data_dir})", field=name)
-        tables[name] = Table(read_frame(path, where, field=name), where, file_fingerprint(path), name, path)
+            raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR", field=name)
+        may_quote = quotable(path)
+        frame = read_frame(path, where, field=name, quotable=may_quote)
+        tables[name] = Table(frame, where, file_fingerprint(path), name, path, may_quote)
     return tables
 
 
-def read_frame(path: Path, where: str, *, field: str | None) -> pd.DataFrame:
+def read_frame(path: Path, where: str, *, field: str | None, quotable: bool = True) -> pd.DataFrame:
     """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric)."""
     try:
         frame = _read_by_suffix(path)
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors all derive from these
-        raise DataError(f"could not read {where}: {exc}", field=field) from exc
+        raise DataError(f"could not read {where}: {read_error(exc, path, quotable)}", field=field) from exc
     if frame.empty:
         raise DataError(f"{where} has no rows", field=field)
     return frame
+
+
+def read_error(exc: BaseException, path: Path, quotable: bool) -> str:
+    """Why a file could not be read, without the server's path; a parser's message can quote the
+    file's text, so only its kind is given when the caller does not own the file."""
+    if not quotable:
+        return f"{type(exc).__name__} (details withheld: not your file)"
+    return str(exc).replace(str(path), path.name)
 
 
 def _read_by_suffix(path: Path) -> pd.DataFrame:
@@ -348,9 +378,10 @@ def _own_label_ids(
     unseen = ids.isna()
     if unseen.any():
         row = int(np.flatnonzero(unseen.to_numpy())[0])
+        known = f" (its labels: {', '.join(map(repr, mapping))})" if table.quotable else ""
         raise DataError(
-            f"{table.where}: label {_shown(labels.iloc[row])} on row {row + 1} does not occur in the "
-            f"train_file (its labels: {', '.join(map(repr, mapping))})",
+            f"{table.where}: label {table.shown(labels.iloc[row])} on row {row + 1} does not occur in the "
+            f"train_file{known}",
             field=table.field,
         )
     return ids.to_numpy(dtype=np.int64)
@@ -419,7 +450,9 @@ def _class_ids(table: Table, labels: pd.Series, names: tuple[str, ...]) -> np.nd
         ids = mapped.fillna(-1).to_numpy(dtype=np.float64)
     if not valid.all():
         row = int(np.flatnonzero(~valid)[0])
-        raise DataError(_bad_label_message(table, _shown(labels.iloc[row]), row, names), field=table.field)
+        raise DataError(
+            _bad_label_message(table, table.shown(labels.iloc[row]), row, names), field=table.field
+        )
     return ids.astype(np.int64)
 
 
@@ -431,19 +464,14 @@ def _bad_label_message(table: Table, shown: str, row: int, names: tuple[str, ...
     return message
 
 
-def _shown(value: Any) -> str:
-    """A label as the user wrote it: 7 or 'maybe', not np.int64(7)."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
-
-
 def _scores(table: Table, labels: pd.Series) -> np.ndarray:
     scores = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(scores)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{table.where}: label {_shown(labels.iloc[row])} on row {row + 1} is not a number (a regression "
-            "task needs numeric scores)",
+            f"{table.where}: label {table.shown(labels.iloc[row])} on row {row + 1} is not a number "
+            "(a regression task needs numeric scores)",
             field=table.field,
         )
     return scores.astype(np.float32)
@@ -451,8 +479,8 @@ def _scores(table: Table, labels: pd.Series) -> np.ndarray:
 
 def _column(table: Table, name: str) -> pd.Series:
     if name not in table.frame.columns:
-        columns = ", ".join(map(str, table.frame.columns))
-        raise DataError(f"{table.where} has no {name!r} column (its columns: {columns})", field=table.field)
+        columns = f" (its columns: {', '.join(map(str, table.frame.columns))})" if table.quotable else ""
+        raise DataError(f"{table.where} has no {name!r} column{columns}", field=table.field)
     return table.frame[name]
 
 
@@ -527,6 +555,11 @@ def _hub_split_names(task: GlueTask) -> dict[str, str]:
     return dict((("train", "train"), *task.eval_splits))
 
 
+def glue_path(path: Path) -> str:
+    """A GLUE file as messages name it: under GLUEJOBS_GLUE_DIR, not the server's absolute path."""
+    return f"GLUEJOBS_GLUE_DIR/{path.parent.name}/{path.name}"
+
+
 def _local_glue_paths(task: GlueTask, glue_dir: Path, splits: list[str]) -> dict[str, Path]:
     layout = GLUE_LAYOUTS[task.name]
     files = dict((("train", "train.tsv"), *layout.eval_files))
@@ -553,8 +586,8 @@ def _local_glue_tables(task: GlueTask, glue_dir: Path, splits: list[str]) -> dic
     if not (glue_dir.resolve() / layout.folder).is_dir():
         expected = ", ".join(f"{layout.folder}/{path.name}" for path in paths.values())
         raise DataError(
-            f"GLUE folder {layout.folder!r} for task {task.name!r} not found in GLUEJOBS_GLUE_DIR "
-            f"({glue_dir}); expected {expected} there"
+            f"GLUE folder {layout.folder!r} for task {task.name!r} not found in GLUEJOBS_GLUE_DIR; "
+            f"expected {expected} there"
         )
     return {split: _read_glue_tsv(path, layout) for split, path in paths.items()}
 
@@ -574,14 +607,14 @@ def _read_tsv_columns(
     field: str | None = None,
 ) -> pd.DataFrame:
     if not path.is_file():
-        raise DataError(f"{where} not found: expected it at {path} (under GLUEJOBS_GLUE_DIR)", field=field)
+        raise DataError(f"{where} not found: expected it at {glue_path(path)}", field=field)
     options = {**_TSV_OPTIONS, "usecols": lambda column: column in wanted}
     if header is not None:
         options |= {"header": None, "names": list(header)}
     try:
         frame = pd.read_csv(path, **options)
     except (ValueError, OSError) as exc:
-        raise DataError(f"could not read {where}: {exc}", field=field) from exc
+        raise DataError(f"could not read {where}: {read_error(exc, path, True)}", field=field) from exc
     missing = [column for column in wanted if column not in frame.columns]
     if missing:
         shown = ", ".join(map(repr, missing))

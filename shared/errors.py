@@ -56,6 +56,17 @@ class Unauthorized(GluejobsError):
     code = "unauthorized"
 
 
+class TooBusy(GluejobsError):
+    """The API is busy with other requests of this kind; try again shortly."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class JobFailed(GluejobsError):
     """The job failed."""
 

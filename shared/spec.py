@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from shared.config import Settings
+from shared.data_scope import DataScope
 from shared.errors import InvalidSpec, field_error, quote
 from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
@@ -594,7 +595,8 @@ def resolve_under(root: Path, value: str, *, field: str) -> Path:
     """Resolve `value` (relative to `root`, or absolute inside it) and refuse anything that leaves root.
 
     Symbolic links are followed before the check, so a link that points outside is refused too.
-    The file itself need not exist yet: only a worker can tell whether it does.
+    The file itself need not exist yet: only a worker can tell whether it does. The message names the
+    folder by its setting, never by the server's path.
     """
     if "\x00" in value:
         raise InvalidSpec("path contains a NUL byte", field=field)
@@ -604,16 +606,8 @@ def resolve_under(root: Path, value: str, *, field: str) -> Path:
     resolved = Path(os.path.realpath(full))
     if not resolved.is_relative_to(root_resolved):
         where = "is absolute and outside" if candidate.is_absolute() else "leaves"
-        raise InvalidSpec(f"{quote(value)} {where} the {_root_name(field)} ({root})", field=field)
+        raise InvalidSpec(f"{quote(value)} {where} the models folder GLUEJOBS_MODELS_DIR", field=field)
     return resolved
-
-
-def _root_name(field: str) -> str:
-    return (
-        "models folder GLUEJOBS_MODELS_DIR"
-        if field == "model_name_or_path"
-        else "data folder GLUEJOBS_DATA_DIR"
-    )
 
 
 def locate_model(name: str, models_dir: Path) -> Path | str:
@@ -641,14 +635,14 @@ def locate_model(name: str, models_dir: Path) -> Path | str:
     return name
 
 
-def check_paths(spec: JobSpec, settings: Settings) -> JobSpec:
-    """Refuse data files and model folders that leave their roots; store them relative to the root."""
+def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSpec:
+    """Refuse data files outside the caller's data folder (`scope`, shared/data_scope.py) and model
+    folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots."""
     updates: dict[str, str] = {}
-    data_root = settings.data_dir.resolve()
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(spec, field)
         if value is not None:
-            updates[field] = str(resolve_under(settings.data_dir, value, field=field).relative_to(data_root))
+            updates[field] = scope.stored(scope.resolve(value, field=field))
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))

@@ -1,7 +1,8 @@
 """A sweep's jobs: one spec per combination of grid values and seeds, each checked like a job.
 
-Every combination is validated exactly as POST /v1/jobs validates a job (the spec's rules, the
-paths, the data checks); the first one that fails refuses the whole sweep with 422 naming the
+Every combination is validated exactly as POST /v1/jobs validates a job (the spec's rules, then
+shared.job_checks.check_job_spec: paths in the caller's data folder, trackers, data checks); the
+first one that fails refuses the whole sweep with 422 naming the
 combination and the field (`grid.<name>`, `seeds` or `spec.<name>`), and nothing is stored.
 """
 
@@ -17,10 +18,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared.config import Settings
-from shared.data_checks import check_job_data
+from shared.data_scope import DataScope
 from shared.errors import InvalidRequest, InvalidSpec
+from shared.job_checks import check_job_spec
 from shared.jobs_repo import SweepJob
-from shared.spec import JobSpec, check_paths
+from shared.spec import JobSpec
 
 MAX_SWEEP_JOBS = 100
 MAX_GRID_VALUES = 50
@@ -48,7 +50,7 @@ def resolve_sweep(
     grid: dict[str, list[Any]],
     settings: Settings,
     *,
-    check_data: bool,
+    scope: DataScope,
 ) -> tuple[list[int], list[SweepJob]]:
     """The seeds used and one resolved job spec per combination; InvalidRequest naming what is wrong."""
     _check_shape(spec, seeds, grid)
@@ -59,7 +61,7 @@ def resolve_sweep(
     jobs: list[SweepJob] = []
     seen: dict[str, str] = {}
     for combination in combinations(grid, seeds):
-        resolved = _resolve(spec, combination, settings, check_data=check_data)
+        resolved = _resolve(spec, combination, settings, scope=scope)
         key = json.dumps(resolved, sort_keys=True)
         if key in seen:
             raise InvalidRequest(
@@ -97,13 +99,11 @@ def _check_shape(spec: dict[str, Any], seeds: list[int], grid: dict[str, list[An
 
 
 def _resolve(
-    spec: dict[str, Any], combination: Combination, settings: Settings, *, check_data: bool
+    spec: dict[str, Any], combination: Combination, settings: Settings, *, scope: DataScope
 ) -> dict[str, Any]:
     values = {**spec, **combination.values, "seed": combination.seed}
     try:
-        job_spec = check_paths(JobSpec.model_validate(values), settings)
-        if check_data:
-            check_job_data(job_spec, settings)
+        job_spec = check_job_spec(JobSpec.model_validate(values), settings, scope=scope)
     except ValidationError as exc:
         error = exc.errors()[0]
         location = error.get("loc") or ()

@@ -22,6 +22,9 @@ from shared.config import Settings
 from worker.runner import child_environment
 
 REPO = Path(__file__).resolve().parent.parent
+# Starlette's TestClient names its server "testserver", a Host the API refuses (DNS rebinding): the
+# in-process clients address it as a loopback address does.
+LOOPBACK_URL = "http://127.0.0.1"
 
 
 def free_port() -> int:

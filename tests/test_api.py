@@ -14,13 +14,14 @@ from shared.config import Settings
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import JobStatus
+from tests.e2e import LOOPBACK_URL
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc"}
 
 
 @pytest.fixture
 def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 def submit(client: TestClient, **body: Any) -> dict[str, Any]:
@@ -220,7 +221,7 @@ def test_health_and_readiness(client: TestClient) -> None:
 
 def test_readiness_fails_on_an_unmigrated_database(settings_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
     settings = settings_factory(f"sqlite:///{tmp_path / 'empty.db'}")
-    client = TestClient(create_app(settings))
+    client = TestClient(create_app(settings), base_url=LOOPBACK_URL)
 
     response = client.get("/readyz")
 
@@ -254,7 +255,7 @@ class TestApiKeys:
         keyed = settings.model_copy(
             update={"api_keys": ["alice-key", "bob-key"], "admin_keys": [f"sha256:{admin_digest}"]}
         )
-        return TestClient(create_app(keyed, db))
+        return TestClient(create_app(keyed, db), base_url=LOOPBACK_URL)
 
     @staticmethod
     def auth(key: str) -> dict[str, str]:

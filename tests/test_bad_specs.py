@@ -14,6 +14,7 @@ from shared.config import Settings
 from shared.db import Database
 from shared.models import Job
 from tests.dbutil import count_rows
+from tests.e2e import LOOPBACK_URL
 
 GOOD = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
@@ -174,7 +175,9 @@ def client(settings: Settings, tmp_path: Path, db: Database) -> TestClient:
     models = tmp_path / "models"
     models.mkdir()
     os.symlink(outside, models / "escape")
-    return TestClient(create_app(settings.model_copy(update={"models_dir": models}), db))
+    return TestClient(
+        create_app(settings.model_copy(update={"models_dir": models}), db), base_url=LOOPBACK_URL
+    )
 
 
 @pytest.mark.parametrize(("body_spec", "field", "message"), BAD_SPECS)

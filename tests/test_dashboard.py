@@ -249,3 +249,26 @@ def test_the_dashboard_shows_a_sweep_as_a_table_of_medians_and_spreads(
         finally:
             page.close()
             db.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_pages_load_nothing_from_elsewhere_under_their_policy(
+    settings_factory: Any, db_url: str, browser: Any
+) -> None:
+    """The dashboard and Swagger UI (/docs) come with a Content-Security-Policy that allows this origin
+    only, and still work under it: the browser reports no violation, and no request leaves the API."""
+    with live_api(settings_factory(db_url)) as client:
+        base = str(client.base_url).rstrip("/")
+        for path in ("/", "/docs"):
+            policy = client.get(path).headers["content-security-policy"]
+            assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        page = browser.new_page()
+        errors = console_errors(page)
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.goto(f"{base}/docs")
+        page.wait_for_selector("#operations-jobs-create_job_v1_jobs_post", timeout=30_000)
+        page.goto(f"{base}/")
+        page.wait_for_selector("#jobs-table, #status-filter", timeout=30_000)
+        assert errors == []
+        assert requested and all(url.startswith((base, "data:")) for url in requested), requested

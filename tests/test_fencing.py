@@ -23,6 +23,7 @@ from shared.db import Database, read
 from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
+from tests.e2e import LOOPBACK_URL
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
@@ -365,7 +366,7 @@ def test_get_workers_every_key_sees_the_fleet_only_an_admin_sees_others_jobs(
         )
         job = jobs_repo.create_job(session, spec=SPEC, owner=secret_digest("alice-key"))
         jobs_repo.claim_next(session, worker_id="w1", lease_s=60)
-    client = TestClient(create_app(settings, db))
+    client = TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
     def workers(key: str) -> list[dict[str, Any]]:
         response = client.get("/v1/workers", headers={"Authorization": f"Bearer {key}"})

@@ -19,8 +19,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import status_code_conformance
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
 
 from shared.db import Database
 from shared.models import Job
@@ -29,9 +29,26 @@ from tests.e2e import api_process
 
 ADMIN_KEY = "fuzz-admin-key-0123456789"
 USER_KEY = "fuzz-user-key-0123456789"
-# A couple of hundred cases per operation: a few seconds each (the issue wants the fuzz well under a minute).
-CASES_PER_OPERATION = 200
-SEED = 20240605
+# Cases per operation and seed: about a minute for the whole fuzz per database.
+CASES_PER_OPERATION = 80
+# Two seeds per database: `jobs=²` (a 500) was found only on a third seed of an earlier probe.
+SEEDS = (20240605, 7)
+# Schema-valid is not always acceptable: a job spec is also checked against its data, models and the
+# cluster's trackers, and a submission bundle against the jobs' prediction files (422 naming the
+# field), which no JSON schema can say. Everywhere else a schema-valid request must be accepted.
+ACCEPTED_OR_REFUSED_BY_MEANING = ["2xx", "401", "403", "404", "409", "422", "429"]
+SEMANTIC_CHECKS = [
+    {
+        "include-path": path,
+        "include-method": method,
+        "checks": {
+            "positive_data_acceptance": {
+                "expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429"]
+            }
+        },
+    }
+    for method, path in (("POST", "/v1/jobs"), ("POST", "/v1/sweeps"), ("GET", "/v1/submissions"))
+]
 
 
 @pytest.fixture
@@ -56,36 +73,39 @@ def _streams_only(operation: schemathesis.APIOperation) -> bool:
 
 
 def test_fuzz_the_whole_schema(api: httpx.Client, db: Database) -> None:
-    schema = schemathesis.openapi.from_url(f"{api.base_url}/openapi.json")
+    load_all_checks()
+    every_check = CHECKS.get_all()  # server errors, undocumented statuses, schemas, headers, auth …
+    # The key goes in the configuration, not into each call: schemathesis then knows every request is
+    # authenticated, and its auth checks (ignored_auth) send requests without it on purpose.
+    config = SchemathesisConfig.from_dict(
+        {"auth": {"openapi": {"HTTPBearer": {"bearer": ADMIN_KEY}}}, "operations": SEMANTIC_CHECKS}
+    )
+    schema = schemathesis.openapi.from_url(f"{api.base_url}/openapi.json", config=config)
     session = requests.Session()
     statuses: dict[str, Counter[int]] = {}
     operations = [result.ok() for result in schema.get_all_operations()]
-    for operation in operations:
-        if _streams_only(operation):
-            continue
-        statuses[operation.label] = Counter()
-        cases = st.one_of(
-            operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)
-        )
-
-        @settings(
-            max_examples=CASES_PER_OPERATION,
-            deadline=None,
-            database=None,  # no .hypothesis/ folder, and every run is the same run
-            suppress_health_check=list(HealthCheck),
-        )
-        @seed(SEED)
-        @given(case=cases)
-        def fuzz(case: schemathesis.Case) -> None:
-            response = case.call_and_validate(
-                session=session,
-                headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-                checks=[not_a_server_error, status_code_conformance],
-                timeout=30,
+    for fuzz_seed in SEEDS:  # one API process, each seed a full pass over every operation
+        for operation in operations:
+            if _streams_only(operation):
+                continue
+            statuses.setdefault(operation.label, Counter())
+            cases = st.one_of(
+                operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)
             )
-            statuses[case.operation.label][response.status_code] += 1
 
-        fuzz()
+            @settings(
+                max_examples=CASES_PER_OPERATION,
+                deadline=None,
+                database=None,  # no .hypothesis/ folder, and every run is the same run
+                suppress_health_check=list(HealthCheck),
+            )
+            @seed(fuzz_seed)
+            @given(case=cases)
+            def fuzz(case: schemathesis.Case) -> None:
+                response = case.call_and_validate(session=session, checks=every_check, timeout=30)
+                statuses[case.operation.label][response.status_code] += 1
+
+            fuzz()
 
     summary: dict[str, Any] = {label: dict(counts) for label, counts in statuses.items()}
     assert {"POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{job_id}", "GET /healthz"} <= set(summary)

@@ -31,6 +31,7 @@ from shared.db import Database
 from shared.models import JobStatus
 from shared.spec import JobSpec
 from shared.tasks import GLUE_SUBMISSIONS, TASKS
+from tests.e2e import LOOPBACK_URL
 from worker.training import run_training
 
 TEST_ROWS = 20
@@ -367,7 +368,7 @@ def test_the_predictions_are_the_saved_models_row_by_row(
 
 @pytest.fixture
 def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 def finished_job(db: Database, task: str, output_dir: Path, *, do_predict: bool = True) -> int:

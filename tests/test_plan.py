@@ -11,18 +11,26 @@ from fastapi.testclient import TestClient
 
 from service.main import create_app
 from shared.config import Settings
+from shared.data_scope import DataScope, data_scope
 from shared.db import Database
 from shared.models import Job
 from shared.plan import plan_job
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
+from tests.e2e import LOOPBACK_URL
+
+
+def one_user_scope(settings: Settings) -> DataScope:
+    """No API keys: the one user's data scope, the whole data folder."""
+    return data_scope(settings, owner=None, is_admin=True)
+
 
 MRPC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc", "max_train_samples": 100, "seed": 1}
 
 
 @pytest.fixture
 def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 def dry_run(client: TestClient, spec: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +115,12 @@ def test_what_the_api_cannot_read_is_said_unknown(settings: Settings, db: Databa
     (broken / "tokenizer.json").write_text("{not json")
     (broken / "config.json").write_text('{"hidden_size": "wide", "vocab_size": "many"}')
     no_glue_copy = TestClient(
-        create_app(settings.model_copy(update={"models_dir": models, "glue_dir": None}), db)
+        create_app(settings.model_copy(update={"models_dir": models, "glue_dir": None}), db),
+        base_url=LOOPBACK_URL,
     )
-    with_glue_copy = TestClient(create_app(settings.model_copy(update={"models_dir": models}), db))
+    with_glue_copy = TestClient(
+        create_app(settings.model_copy(update={"models_dir": models}), db), base_url=LOOPBACK_URL
+    )
 
     from_hub = dry_run(no_glue_copy, {**MRPC, "model_name_or_path": "bert-base-uncased"})
     local = dry_run(with_glue_copy, {**MRPC, "model_name_or_path": "broken"})
@@ -188,7 +199,9 @@ def test_the_checks_read_a_changed_file_again(client: TestClient, files: Path) -
 
 
 def test_an_api_that_cannot_see_the_data_can_skip_the_checks(settings: Settings, db: Database) -> None:
-    client = TestClient(create_app(settings.model_copy(update={"check_data_on_submit": False}), db))
+    client = TestClient(
+        create_app(settings.model_copy(update={"check_data_on_submit": False}), db), base_url=LOOPBACK_URL
+    )
 
     response = client.post("/v1/jobs", json={"spec": {**MRPC, "train_file": "nowhere.csv"}})
 
@@ -225,7 +238,7 @@ def test_the_schedule_is_what_the_training_loop_does(plain_settings: Settings, t
         save_strategy="no",
         seed=2,
     )
-    plan = plan_job(spec, plain_settings)["schedule"]
+    plan = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["schedule"]
 
     class Recorder(LogReporter):
         def __init__(self) -> None:
@@ -267,7 +280,7 @@ def test_token_lengths_are_the_workers_tokenizers(plain_settings: Settings, mode
     from shared.data_files import read_job_data
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=300, max_length=40)
-    tokens = plan_job(spec, plain_settings)["tokens"]
+    tokens = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["tokens"]
 
     data = read_job_data(spec, plain_settings)
     assert data.train is not None
@@ -292,7 +305,10 @@ def test_the_memory_estimate_counts_the_models_parameters(plain_settings: Settin
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=64)
     lora = spec.model_copy(update={"apply_lora": True, "lora_r": 4})
-    full, adapted = plan_job(spec, plain_settings)["memory"], plan_job(lora, plain_settings)["memory"]
+    full, adapted = (
+        plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["memory"],
+        plan_job(lora, plain_settings, scope=one_user_scope(plain_settings))["memory"],
+    )
 
     from peft import LoraConfig, TaskType, get_peft_model
 

@@ -14,6 +14,7 @@ from shared.db import Database
 from shared.models import Job
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
+from tests.e2e import LOOPBACK_URL
 
 GOOD = {"model_name_or_path": "tiny-bert", "task_name": "mrpc"}
 
@@ -21,7 +22,7 @@ GOOD = {"model_name_or_path": "tiny-bert", "task_name": "mrpc"}
 @pytest.fixture
 def client(settings_factory, db: Database) -> TestClient:  # type: ignore[no-untyped-def]
     settings: Settings = settings_factory(db.url, trackers=["tensorboard", "mlflow"])
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

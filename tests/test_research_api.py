@@ -23,13 +23,14 @@ from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import Job, JobStatus, Sweep
 from tests.dbutil import count_rows
+from tests.e2e import LOOPBACK_URL
 
 SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_eval_samples": 40}
 
 
 @pytest.fixture
 def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db))
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
 def create_sweep(client: TestClient, **body: Any) -> dict[str, Any]:
@@ -245,7 +246,7 @@ def test_cancelling_a_sweep_cancels_what_is_left(client: TestClient, db: Databas
 
 def test_sweeps_belong_to_their_key(settings: Settings, db: Database) -> None:
     keyed = settings.model_copy(update={"api_keys": ["alice-key", "bob-key"], "admin_keys": ["root-key"]})
-    client = TestClient(create_app(keyed, db))
+    client = TestClient(create_app(keyed, db), base_url=LOOPBACK_URL)
     alice = {"Authorization": "Bearer alice-key"}
     bob = {"Authorization": "Bearer bob-key"}
     created = client.post("/v1/sweeps", json={"spec": SST2, "seeds": [1, 2]}, headers=alice)
@@ -339,7 +340,7 @@ def test_the_leaderboard_ranks_sweeps_and_jobs_next_to_the_majority_baseline(
 
 def test_the_leaderboard_shows_a_key_its_own_results(settings: Settings, db: Database) -> None:
     keyed = settings.model_copy(update={"api_keys": ["alice-key", "bob-key"]})
-    client = TestClient(create_app(keyed, db))
+    client = TestClient(create_app(keyed, db), base_url=LOOPBACK_URL)
     created = client.post("/v1/jobs", json={"spec": SST2}, headers={"Authorization": "Bearer alice-key"})
     run_job(db, created.json()["id"], [{"accuracy": 0.9}])
 

@@ -24,6 +24,7 @@ from service.main import create_app
 from shared.config import Settings
 from shared.db import Database
 from shared.spec import FAST_SETTINGS, JobSpec
+from tests.e2e import LOOPBACK_URL
 from tests.test_training import RecordingReporter, make_spec
 from worker import throughput
 from worker.data import in_row_order, longest_first, row_lengths
@@ -83,7 +84,7 @@ def test_fast_fills_in_the_documented_settings_and_given_values_win() -> None:
 
 
 def test_the_api_stores_what_fast_set(settings: Settings, db: Database) -> None:
-    client = TestClient(create_app(settings, db))
+    client = TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
     response = client.post("/v1/jobs", json={"spec": {**BASE, "fast": True}})
     assert response.status_code == 201, response.text
     stored = client.get(f"/v1/jobs/{response.json()['id']}").json()["spec"]

@@ -113,7 +113,7 @@ def run_training(
     """
     if spec.fp16 and not torch.cuda.is_available():
         raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
-    trackers = tracking.trackers_for(spec)
+    trackers = tracking.trackers_for(spec, output_dir)
     accelerator = Accelerator(
         # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
         cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available(),

@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response, Streami
 from service.deps import JobDep, SettingsDep
 from service.job_files import confined, list_artifacts, read_log, tar_stream
 from service.schemas import ArtifactList, ArtifactPublic, ErrorResponse
-from shared.errors import NotFound
+from shared.errors import NotFound, quote
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -71,13 +71,17 @@ def read_job_artifact(
     (`..`, absolute paths, links that point out) are refused with 422."""
     root = settings.job_dir(job.id)
     target = confined(root, path)
-    if target.is_dir():
+    try:
+        is_dir, is_file = target.is_dir(), target.is_file()
+    except OSError:  # unreadable (permissions …): as good as absent, to the caller
+        is_dir = is_file = False
+    if is_dir:
         return StreamingResponse(
             tar_stream(root, target),
             media_type="application/x-tar",
             headers={"Content-Disposition": f'attachment; filename="{target.name or job.id}.tar"'},
         )
-    if not target.is_file():
-        raise NotFound(f"job {job.id} has no artifact {path!r}", field="path")
+    if not is_file:
+        raise NotFound(f"job {job.id} has no artifact {quote(path)}", field="path")
     media_type = "application/json" if target.suffix == ".json" else None
     return FileResponse(target, media_type=media_type, filename=None if media_type else target.name)

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from service.deps import get_database
+from service.outage import RETRY_AFTER_S
 from service.schemas import Health
 from shared.migrate import is_up_to_date
 
@@ -28,8 +29,11 @@ def readyz(request: Request) -> JSONResponse:
             connection.execute(text("SELECT 1"))
             current = is_up_to_date(connection)
     except Exception as exc:  # any failure to reach the database means "not ready"
-        body = Health(status="unavailable", database=db.dialect, detail=f"database unreachable: {exc}"[:500])
-        return JSONResponse(body.model_dump(), status_code=503)
+        # The error's text names the database's host and user: the server log has it, not the answer.
+        body = Health(
+            status="unavailable", database=db.dialect, detail=f"database unreachable ({type(exc).__name__})"
+        )
+        return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
     if not current:
         body = Health(status="unavailable", database=db.dialect, detail="database schema is not migrated")
         return JSONResponse(body.model_dump(), status_code=503)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic import ValidationError, WithJsonSchema
 
-from service.deps import After, JobDep, PrincipalDep, SessionDep, SettingsDep
+from service.deps import After, DataScopeDep, JobDep, PrincipalDep, SessionDep, SettingsDep
 from service.idempotency import request_hash
 from service.schemas import (
     CheckpointList,
@@ -21,12 +21,12 @@ from service.schemas import (
     Page,
 )
 from shared import jobs_repo
-from shared.data_checks import check_job_data
 from shared.errors import Conflict, InvalidRequest, quote
+from shared.job_checks import check_job_spec
 from shared.models import JobStatus
 from shared.plan import plan_job
 from shared.reproduction import compare_runs
-from shared.spec import JobSpec, check_paths, check_trackers
+from shared.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -85,9 +85,11 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
 )
 def create_job(
     body: JobCreate,
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    scope: DataScopeDep,
     response: Response,
     idempotency_key: IdempotencyKeyHeader = None,
     dry_run: Annotated[
@@ -101,14 +103,17 @@ def create_job(
     with 422 naming the field, and nothing is stored. With `dry_run=true` the answer is the plan:
     data checks, steps, warmup, evaluations, tokenised lengths and padding, a memory estimate.
     With an `Idempotency-Key`, repeating the request returns the job it created (200) instead of
-    queuing another; the same key with a different body is refused with 409.
+    queuing another; the same key with a different body is refused with 409. With API keys, data
+    paths resolve in the key owner's folder, GLUEJOBS_DATA_DIR/owners/<owner>/ (admin keys: anywhere
+    under GLUEJOBS_DATA_DIR). At most GLUEJOBS_MAX_DRY_RUNS dry runs are planned at once: more get
+    429 with Retry-After.
     """
-    spec = check_trackers(check_paths(body.spec, settings), settings).with_seed()
     if dry_run:
-        response.status_code = status.HTTP_200_OK
-        return JobPlan.model_validate(plan_job(spec, settings))
-    if settings.check_data_on_submit:
-        check_job_data(spec, settings)
+        with request.app.state.dry_runs.slot():
+            spec = check_job_spec(body.spec, settings, scope=scope, read_data=False).with_seed()
+            response.status_code = status.HTTP_200_OK
+            return JobPlan.model_validate(plan_job(spec, settings, scope=scope))
+    spec = check_job_spec(body.spec, settings, scope=scope).with_seed()
     if idempotency_key is not None:
         job, created = jobs_repo.create_job_once(
             session,
@@ -173,18 +178,19 @@ def read_job(job: JobDep, session: SessionDep) -> JobPublic:
 @router.post(
     "/{job_id}/rerun", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS
 )
-def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPublic:
+def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: DataScopeDep) -> JobPublic:
     """Queue the job's exact spec again (same seed), to check that its result can be repeated.
 
-    Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The data is
-    checked again (a file may have gone or changed since: the reproducibility records show which).
+    Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The spec goes
+    through every check a new job does (the data is read again: a file may have gone or changed
+    since; the reproducibility records show which): 422 naming the field when it would be refused
+    now (a tracker no longer served, a file gone or not the caller's), 409 when this version no
+    longer reads the stored spec.
     """
     try:
-        spec = check_paths(JobSpec.model_validate(job.spec), settings)
+        check_job_spec(JobSpec.model_validate(job.spec), settings, scope=scope)
     except ValidationError as exc:  # a spec stored by an older version that this one refuses
         raise Conflict(f"job {job.id}'s spec is no longer accepted: {exc.errors()[0]['msg']}") from exc
-    if settings.check_data_on_submit:
-        check_job_data(spec, settings)
     metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}
     rerun = jobs_repo.create_job(
         session,

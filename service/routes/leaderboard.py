@@ -14,7 +14,7 @@ from shared.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
 from shared.errors import InvalidRequest
 from shared.leaderboard import build_leaderboard, is_ranked_job
 from shared.models import Job, JobMetric, JobStatus
-from shared.spec import JobSpec
+from shared.spec import JobSpec, TaskName
 from shared.sweep_stats import sweep_results
 from shared.tasks import TASKS
 
@@ -29,7 +29,7 @@ def read_leaderboard(
     settings: SettingsDep,
     principal: PrincipalDep,
     task: Annotated[
-        str | None, Query(description="One GLUE task (rte, sst2 …); every task when absent")
+        TaskName | None, Query(description="One GLUE task (rte, sst2 …); every task when absent")
     ] = None,
 ) -> dict[str, Any]:
     """Per task: succeeded jobs and sweeps, best first by the task's main metric (a sweep by the median

@@ -20,12 +20,13 @@ router = APIRouter(tags=["monitoring"])
         401: {"model": ErrorResponse, "description": "API keys are configured: a scrape needs one"},
     },
 )
-def read_prometheus_metrics(request: Request, _principal: PrincipalDep) -> Response:
+def read_prometheus_metrics(request: Request, principal: PrincipalDep) -> Response:
     """Jobs by status, the queue, claims, job and epoch durations, failures by error code, workers
     by state with their heartbeat age, and running jobs' training throughput (names `gluejobs_*`).
 
     Correct behind several API processes: nothing is counted in the process. With API keys
-    configured, a scrape needs one (Prometheus: `authorization: {credentials: <key>}`).
+    configured, a scrape needs one (Prometheus: `authorization: {credentials: <key>}`); series that
+    name a job (its throughput) are per job for admin keys only, summed over the jobs for others.
     """
-    registry: CollectorRegistry = request.app.state.prometheus
+    registry: CollectorRegistry = request.app.state.prometheus[principal.is_admin]
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

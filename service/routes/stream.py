@@ -9,6 +9,10 @@ gets exactly what it had not received, no more, no less. Checkpoints travel as j
 
 Each poll is one statement (a UNION ALL of two index range scans, jobs_repo.read_stream_page), so
 an open stream costs the database what a cursor poller costs, however many rows the job has.
+
+A stream outlives a database outage: a poll that cannot reach the database is tried again (backing
+off, with keep-alive comments meanwhile) from the same cursor, so the stream pauses and then goes on
+where it was, without losing or repeating an event.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Annotated, Any
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.deps import JobDep, SettingsDep, get_database
 from service.job_files import new_log_pieces
@@ -31,6 +36,7 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.errors import InvalidRequest
 from shared.models import JobStatus
+from shared.resilience import Backoff, is_transient
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -38,6 +44,7 @@ POLL_INTERVAL_S = 1.0
 KEEPALIVE_S = 5.0
 RETRY_MS = 2000  # how long a browser's EventSource waits before it reconnects
 PAGE_ROWS = 1000
+OUTAGE_POLL_CAP_S = 5.0  # while the database is away, polls back off up to this
 LAST_EVENT_ID = "Last-Event-ID"
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 404, 422)}
 
@@ -105,9 +112,21 @@ async def stream_job(
     folder = settings.job_dir(job.id) if logs else None
     ended_status = job.status if job.status.is_terminal else None
     last_sent = time.monotonic()
+    backoff = Backoff(base_s=POLL_INTERVAL_S / 2, cap_s=OUTAGE_POLL_CAP_S)
     yield ServerSentEvent(comment=f"job {job.id}", retry=RETRY_MS)
     while True:
-        page = await anyio.to_thread.run_sync(_read_page, database, job.id, cursor)
+        try:
+            page = await anyio.to_thread.run_sync(_read_page, database, job.id, cursor)
+        except SQLAlchemyError as exc:
+            if not is_transient(exc):
+                raise
+            # The outage record (service/outage.py) has logged it; this stream waits it out.
+            if time.monotonic() - last_sent >= KEEPALIVE_S:
+                yield ServerSentEvent(comment="database unavailable; waiting")
+                last_sent = time.monotonic()
+            await anyio.sleep(backoff.next_delay())
+            continue
+        backoff.reset()
         for source, row in _in_time_order(page):
             cursor, event = _encode(source, row, cursor)
             if event.event == "status" and JobStatus(row["data"]["status"]).is_terminal:

@@ -5,33 +5,50 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from pydantic import WithJsonSchema
 
-from service.deps import PrincipalDep, SessionDep
+from service.deps import MAX_ROW_ID, PrincipalDep, SessionDep
 from service.schemas import ErrorResponse
 from shared import jobs_repo
-from shared.errors import InvalidRequest
+from shared.errors import InvalidRequest, quote
 from shared.glue_submission import JobFiles, bundle_submission
 
 router = APIRouter(prefix="/submissions", tags=["submissions"])
 
 MAX_BUNDLE_JOBS = 20
+# More comma-separated parts than this is not a list of at most MAX_BUNDLE_JOBS ids, even with repeats.
+MAX_LISTED_PARTS = 10 * MAX_BUNDLE_JOBS
+# One value of `jobs`, as the schema documents it: ASCII digits, comma-separated.
+JOB_IDS_PATTERN = r"^ *[0-9]{1,19}( *, *[0-9]{1,19})* *$"
 
 
 def parse_job_ids(values: list[str]) -> list[int]:
-    """`jobs=1,2,3` or `jobs=1&jobs=2`: job ids, in the order given, each once."""
-    ids: list[int] = []
-    for part in (p.strip() for value in values for p in value.split(",")):
-        if not part:
-            continue
-        if not part.isdigit() or int(part) < 1:
-            raise InvalidRequest(f"{part!r} is not a job id", field="jobs")
-        if int(part) not in ids:
-            ids.append(int(part))
+    """`jobs=1,2,3` or `jobs=1&jobs=2`: job ids (ASCII digits), in the order given, each once.
+
+    One pass, and it stops at the first part too many: the work is bounded whatever the query holds.
+    """
+    ids: dict[int, None] = {}  # ordered, with O(1) membership
+    parts = 0
+    for value in values:
+        for raw in value.split(",", MAX_LISTED_PARTS):
+            part = raw.strip()
+            if not part:
+                continue
+            parts += 1
+            if parts > MAX_LISTED_PARTS:
+                raise InvalidRequest(f"at most {MAX_BUNDLE_JOBS} jobs in one bundle", field="jobs")
+            # isdigit() alone also takes "²" (which int() refuses) and "١" (which int() reads as 1).
+            if (
+                not (part.isascii() and part.isdigit() and len(part) <= 19)
+                or not 1 <= int(part) <= MAX_ROW_ID
+            ):
+                raise InvalidRequest(f"{quote(part)} is not a job id", field="jobs")
+            ids[int(part)] = None
+            if len(ids) > MAX_BUNDLE_JOBS:
+                raise InvalidRequest(f"at most {MAX_BUNDLE_JOBS} jobs in one bundle", field="jobs")
     if not ids:
         raise InvalidRequest("name the jobs to bundle: jobs=1,2,3", field="jobs")
-    if len(ids) > MAX_BUNDLE_JOBS:
-        raise InvalidRequest(f"at most {MAX_BUNDLE_JOBS} jobs in one bundle", field="jobs")
-    return ids
+    return list(ids)
 
 
 @router.get(
@@ -46,7 +63,11 @@ def parse_job_ids(values: list[str]) -> list[int]:
 def read_submission(
     session: SessionDep,
     principal: PrincipalDep,
-    jobs: Annotated[list[str], Query(description="Job ids, comma-separated or repeated")],
+    jobs: Annotated[
+        # Documented with its pattern, checked by parse_job_ids (whose errors name the field `jobs`).
+        list[Annotated[str, WithJsonSchema({"type": "string", "pattern": JOB_IDS_PATTERN})]],
+        Query(description="Job ids, comma-separated or repeated"),
+    ],
     allow_partial: Annotated[bool, Query(description="Bundle even when tasks are missing")] = False,
 ) -> Response:
     """The GLUE submission zip of these jobs' do_predict files: each task exactly once.

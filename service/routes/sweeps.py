@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from service.deps import After, PrincipalDep, SessionDep, SettingsDep, SweepDep
+from service.deps import After, DataScopeDep, PrincipalDep, SessionDep, SettingsDep, SweepDep
 from service.schemas import ErrorResponse, Page, SweepCreate, SweepPublic
 from shared import jobs_repo
 from shared.models import Job, JobStatus, Sweep
@@ -45,16 +45,18 @@ def sweep_public(sweep: Sweep, jobs: list[Job], *, results: dict[str, Any] | Non
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic, responses=_ERRORS)
 def create_sweep(
-    body: SweepCreate, session: SessionDep, settings: SettingsDep, principal: PrincipalDep
+    body: SweepCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    scope: DataScopeDep,
 ) -> SweepPublic:
     """Queue one ordinary job per combination of `grid` values and `seeds`.
 
     Each combination is checked as POST /v1/jobs checks a job; one that cannot run refuses the whole
     sweep with 422 naming it, and nothing is stored. Each job's metadata names its sweep.
     """
-    seeds, jobs = resolve_sweep(
-        body.spec, body.seeds, body.grid, settings, check_data=settings.check_data_on_submit
-    )
+    seeds, jobs = resolve_sweep(body.spec, body.seeds, body.grid, settings, scope=scope)
     sweep, created = jobs_repo.create_sweep(
         session,
         spec=body.spec,

@@ -142,6 +142,8 @@ function h(tag, attrs = {}, ...children) {
     if (value === null || value === undefined || value === false) continue;
     if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
     else if (key === "class") element.className = value;
+    // Through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    else if (key === "style") Object.assign(element.style, value);
     else element.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
@@ -198,7 +200,7 @@ function progressCell(job, total) {
   if (train.step === undefined) return h("span", { class: "muted" }, job.status === "queued" ? "waiting" : "");
   const share = total ? Math.min(1, train.step / total) : 0;
   return h("span", {},
-    total ? h("span", { class: "bar" }, h("span", { style: `width:${(share * 100).toFixed(1)}%` })) : null,
+    total ? h("span", { class: "bar" }, h("span", { style: { width: `${(share * 100).toFixed(1)}%` } })) : null,
     `step ${train.step}${total ? ` / ${total}` : ""} · epoch ${fmt(train.epoch, 2)}`);
 }
 

@@ -1,0 +1,356 @@
+"""What slow clients and a database outage cost the API. Prints one JSON line per scenario.
+
+slow-clients: hundreds of connections that send their request head a byte a second (and some that
+send garbage), against `python -m service` (or, with --plain-uvicorn, the same app under uvicorn's
+defaults, as before the connection guard); a normal client asks GET /v1/jobs on a fresh connection
+once a second. Figures: its latency (median, max), the API's open file descriptors (before, peak),
+how many slow connections the API closed, the API's log lines.
+
+outage: the database goes away for 5 s (SQLite: its write lock held, the busy timeout 1 s;
+Postgres with --postgres ADMIN_URL: ALTER DATABASE … ALLOW_CONNECTIONS false and its sessions
+terminated) while 4 clients on keep-alive connections send 200 mixed requests and a stream follows
+a job. Figures: status counts, failed connections, stream events lost or repeated, log lines.
+
+    python bench/abuse_bench.py slow-clients [--slow 600] [--max-connections 200] [--plain-uvicorn]
+    python bench/abuse_bench.py outage [--postgres postgresql+psycopg://postgres@127.0.0.1/test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, make_url, text
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from shared import jobs_repo  # noqa: E402
+from shared.db import Database  # noqa: E402
+from shared.migrate import upgrade  # noqa: E402
+
+SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def api(
+    database_url: str, root: Path, log: Path, *, plain: bool, **settings: Any
+) -> Iterator[tuple[str, int]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "GLUEJOBS_DATABASE_URL": database_url,
+        "GLUEJOBS_ARTIFACTS_DIR": str(root),
+        "GLUEJOBS_DATA_DIR": str(root),
+        "GLUEJOBS_MODELS_DIR": str(root),
+        "GLUEJOBS_CACHE_DIR": str(root),
+        "PYTHONPATH": str(REPO),
+        **{f"GLUEJOBS_{k.upper()}": str(v) for k, v in settings.items()},
+    }
+    if plain:
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "service.main:create_app",
+            "--factory",
+            "--port",
+            str(port),
+        ]
+    else:
+        command = [sys.executable, "-m", "service", "--port", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the API did not start")
+            time.sleep(0.2)
+        yield base, process.pid
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# --- slow clients -------------------------------------------------------------------------------------
+
+
+def slow_clients(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="gluejobs-abuse-"))
+    url = f"sqlite:///{root / 'gluejobs.db'}"
+    upgrade(Database(url))
+    log = root / "api.log"
+    settings = {"max_connections": args.max_connections, "client_log_interval_s": 5}
+    with api(url, root, log, plain=args.plain_uvicorn, **settings) as (base, pid):
+        where = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+        before = descriptors(pid)
+        head = b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 4000
+        slow: list[list[Any]] = []  # [socket, bytes sent]
+        reopened = 0
+        for _ in range(args.slow):
+            sock = socket.create_connection(where)
+            sock.setblocking(False)
+            slow.append([sock, 0])
+        latencies, peak = [], before
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            started = time.monotonic()
+            for entry in slow:
+                try:
+                    if entry[0].recv(1, socket.MSG_PEEK) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    entry[0].close()
+                    entry[0], entry[1] = socket.create_connection(where), 0
+                    entry[0].setblocking(False)
+                    reopened += 1
+                    continue
+                try:
+                    entry[0].send(head[entry[1] % len(head) : entry[1] % len(head) + 1])
+                    entry[1] += 1
+                except OSError:
+                    pass
+            for _ in range(10):
+                with socket.create_connection(where) as garbage:
+                    garbage.sendall(b"NOT HTTP\r\n\r\n")
+            with httpx.Client(base_url=base, timeout=30) as normal:
+                asked = time.monotonic()
+                status = normal.get("/v1/jobs").status_code
+                latencies.append((time.monotonic() - asked, status))
+            peak = max(peak, descriptors(pid))
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        for entry in slow:
+            entry[0].close()
+    lines = log.read_text(errors="replace").splitlines()
+    seconds = [t for t, _ in latencies]
+    return {
+        "scenario": "slow-clients",
+        "server": "uvicorn defaults" if args.plain_uvicorn else "gluejobs serve",
+        "slow_connections": args.slow,
+        "max_connections": args.max_connections,
+        "seconds": args.seconds,
+        "normal_client_ms_median": round(1000 * statistics.median(seconds)),
+        "normal_client_ms_max": round(1000 * max(seconds)),
+        "normal_client_statuses": dict(Counter(s for _, s in latencies)),
+        "descriptors_before": before,
+        "descriptors_peak": peak,
+        "slow_connections_closed_by_api": reopened,
+        "log_lines": len(lines),
+        "log_lines_about_clients": sum(
+            "slow or broken clients" in line or "Invalid HTTP" in line for line in lines
+        ),
+    }
+
+
+# --- a database outage --------------------------------------------------------------------------------
+
+
+@contextmanager
+def outage(url: str, admin_url: str | None) -> Iterator[None]:
+    if admin_url is None:
+        holder = sqlite3.connect(str(make_url(url).database), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        return
+    name = make_url(url).database
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = :n AND pid <> pg_backend_pid()"
+            ),
+            {"n": name},
+        )
+    try:
+        yield
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
+        admin.dispose()
+
+
+@contextmanager
+def database(admin_url: str | None, root: Path) -> Iterator[str]:
+    if admin_url is None:
+        url = f"sqlite:///{root / 'gluejobs.db'}"
+        upgrade(Database(url))
+        yield url
+        return
+    name = f"gluejobs_abuse_{os.getpid()}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    db = Database(url)
+    upgrade(db)
+    db.dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def database_outage(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="gluejobs-outage-"))
+    log = root / "api.log"
+    with database(args.postgres, root) as url:
+        api_url = url if args.postgres else f"{url}?timeout=1"
+        db = Database(url)
+        with api(api_url, root, log, plain=False) as (base, _):
+            job = httpx.post(f"{base}/v1/jobs", json={"spec": SPEC}).json()["id"]
+            streamed: list[str] = []
+
+            def follow() -> None:
+                try:
+                    _follow()
+                except Exception as exc:  # a benchmark reports, it does not hide
+                    streamed.append(f"failed: {exc!r}")
+
+            def _follow() -> None:
+                with (
+                    httpx.Client(base_url=base, timeout=120) as reader,
+                    reader.stream("GET", f"/v1/jobs/{job}/stream") as response,
+                ):
+                    response.raise_for_status()
+                    for line in response.iter_lines():
+                        if line.startswith("data:") and '"message"' in line:
+                            streamed.append(json.loads(line[5:])["message"])
+                        if line.startswith("event: end"):
+                            return
+
+            def add(first: int) -> None:
+                with db.session() as session:
+                    for n in range(first, first + 5):
+                        jobs_repo.add_event(session, job_id=job, message=f"row {n}")
+
+            reader = threading.Thread(target=follow)
+            reader.start()
+            add(1)
+            deadline = time.monotonic() + 30
+            while len(streamed) < 5 and time.monotonic() < deadline:  # the stream is open and live
+                time.sleep(0.05)
+            answers: list[int] = []
+            failed: list[str] = []
+            mix = [
+                ("GET", "/v1/jobs", None),
+                ("GET", f"/v1/jobs/{job}", None),
+                ("GET", f"/v1/jobs/{job}/metrics", None),
+                ("POST", "/v1/jobs", {"spec": SPEC}),
+                ("GET", "/healthz", None),
+                ("GET", "/readyz", None),
+                ("GET", "/metrics", None),
+                (
+                    "POST",
+                    "/v1/sweeps",
+                    {"spec": {k: v for k, v in SPEC.items() if k != "seed"}, "seeds": [1]},
+                ),
+            ]
+
+            def hammer() -> None:
+                with httpx.Client(base_url=base, timeout=60) as own:
+                    for i in range(50):
+                        method, path, body = mix[i % len(mix)]
+                        try:
+                            response = own.request(method, path, json=body)
+                            answers.append(response.status_code)
+                            if response.status_code == 503 and "retry-after" not in response.headers:
+                                failed.append("503 without Retry-After")
+                        except httpx.TransportError as exc:
+                            failed.append(type(exc).__name__)
+                        time.sleep(0.1)
+
+            with outage(url, args.postgres):
+                threads = [threading.Thread(target=hammer) for _ in range(4)]
+                for thread in threads:
+                    thread.start()
+                time.sleep(5)
+            for thread in threads:
+                thread.join(120)
+            add(6)
+            httpx.post(f"{base}/v1/jobs/{job}/cancel")
+            reader.join(60)
+            time.sleep(6)  # the end of the outage is logged after a quiet spell
+            httpx.get(f"{base}/readyz")
+        db.dispose()
+    lines = log.read_text(errors="replace").splitlines()
+    expected = [f"row {n}" for n in range(1, 11)]
+    return {
+        "scenario": "outage",
+        "database": "postgresql" if args.postgres else "sqlite",
+        "requests": len(answers) + len(failed),
+        "statuses": dict(sorted(Counter(answers).items())),
+        "connection_failures": len(failed),
+        "stream_rows_lost": len(set(expected) - set(streamed)),
+        "stream_rows_repeated": len(streamed) - len(set(streamed)),
+        "stream_errors": [row for row in streamed if row.startswith("failed")],
+        "log_lines_outage": [
+            line.split(": ", 1)[-1][:120]
+            for line in lines
+            if "database unreachable" in line or "reachable again" in line
+        ],
+        "tracebacks_logged": sum("Traceback" in line for line in lines),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("scenario", choices=["slow-clients", "outage"])
+    parser.add_argument("--slow", type=int, default=600, help="slow connections")
+    parser.add_argument("--max-connections", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--plain-uvicorn", action="store_true", help="the app under uvicorn's defaults")
+    parser.add_argument(
+        "--postgres", default=None, help="an admin URL: the outage on a fresh Postgres database"
+    )
+    args = parser.parse_args()
+    figures = slow_clients(args) if args.scenario == "slow-clients" else database_outage(args)
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""Whose files a data path names: the one rule for every path a request carries into GLUEJOBS_DATA_DIR.
+
+Without API keys there is one user, and the whole folder is theirs. With keys, each owner's files
+live in a folder of their own, GLUEJOBS_DATA_DIR/owners/<owner folder>/: a key's paths resolve there
+and may not leave it (symbolic links are followed before the check), while an admin key may name
+any path under GLUEJOBS_DATA_DIR. Every route that takes a path resolves it through
+`DataScope.resolve` (via shared.job_checks.check_job_spec), and `owner_folder` alone says which folder
+is whose.
+
+A spec stores its paths relative to GLUEJOBS_DATA_DIR (`owners/<folder>/train.csv`), which is all a
+worker knows; a path given in that stored form resolves to the same file again, so a stored spec
+(a rerun, a resubmitted job) passes the same check. A worker re-checks a stored path with
+`stored_data_path`: a path in an owner's folder must resolve inside that folder, so a link put
+there after submission cannot lead to another owner's files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import Settings
+from shared.errors import InvalidSpec, quote
+
+OWNERS_DIR = "owners"
+
+
+def owner_folder(owner: str) -> str:
+    """The name of an owner's folder under GLUEJOBS_DATA_DIR/owners/.
+
+    Today an owner is the SHA-256 digest of their key (64 hex digits, safe as a name), used as it
+    is; a key's holder finds it with `printf %s "$KEY" | sha256sum`. Named owners would change this
+    function alone.
+    """
+    return owner
+
+
+@dataclass(frozen=True)
+class DataScope:
+    """Where one caller's data paths resolve, and which files are the caller's own."""
+
+    data_dir: Path  # GLUEJOBS_DATA_DIR, resolved
+    folder: str  # the caller's folder relative to it ("" for all of it)
+    owned_folder: str | None  # the caller's own files (their contents may be quoted back); None: all
+
+    @property
+    def root(self) -> Path:
+        """The caller's folder, resolved."""
+        return Path(os.path.realpath(self.data_dir / self.folder))
+
+    @property
+    def name(self) -> str:
+        """The caller's folder as error messages name it (never the server's absolute path)."""
+        return f"GLUEJOBS_DATA_DIR/{self.folder}" if self.folder else "GLUEJOBS_DATA_DIR"
+
+    def resolve(self, value: str, *, field: str) -> Path:
+        """The file `value` names (relative to the caller's folder, in the stored form relative to
+        GLUEJOBS_DATA_DIR, or absolute), resolved; InvalidSpec when it leaves the caller's folder."""
+        if "\x00" in value:
+            raise InvalidSpec("path contains a NUL byte", field=field)
+        candidate = Path(value)
+        if candidate.is_absolute():
+            full = candidate
+        else:
+            prefix = Path(self.folder).parts
+            stored_form = bool(prefix) and candidate.parts[: len(prefix)] == prefix
+            full = (self.data_dir if stored_form else self.data_dir / self.folder) / candidate
+        resolved = Path(os.path.realpath(full))
+        # Both: an owner's folder that is a link out of GLUEJOBS_DATA_DIR is not a place to read.
+        if not (resolved.is_relative_to(self.root) and resolved.is_relative_to(self.data_dir)):
+            where = "is absolute and outside" if candidate.is_absolute() else "leaves"
+            raise InvalidSpec(f"{quote(value)} {where} the data folder {self.name}", field=field)
+        return resolved
+
+    def stored(self, path: Path) -> str:
+        """How a spec stores a resolved path: relative to GLUEJOBS_DATA_DIR, so a worker finds it."""
+        return path.relative_to(self.data_dir).as_posix()
+
+    def owns(self, path: Path) -> bool:
+        if self.owned_folder is None:
+            return True
+        return path.is_relative_to(Path(os.path.realpath(self.data_dir / self.owned_folder)))
+
+
+def data_scope(settings: Settings, *, owner: str | None, is_admin: bool) -> DataScope:
+    """The scope of a caller: `owner` None means no keys are set (one user, who owns everything)."""
+    data_dir = Path(os.path.realpath(settings.data_dir))
+    if owner is None:
+        return DataScope(data_dir=data_dir, folder="", owned_folder=None)
+    own = f"{OWNERS_DIR}/{owner_folder(owner)}"
+    return DataScope(data_dir=data_dir, folder="" if is_admin else own, owned_folder=own)
+
+
+def stored_data_path(settings: Settings, value: str, *, field: str) -> Path:
+    """A stored spec's path as a worker resolves it: under GLUEJOBS_DATA_DIR and, when it lies in an
+    owner's folder, inside that folder."""
+    data_dir = Path(os.path.realpath(settings.data_dir))
+    parts = Path(value).parts
+    if not Path(value).is_absolute() and len(parts) > 2 and parts[0] == OWNERS_DIR and parts[1] != "..":
+        folder = f"{OWNERS_DIR}/{parts[1]}"
+        return DataScope(data_dir=data_dir, folder=folder, owned_folder=folder).resolve(value, field=field)
+    return DataScope(data_dir=data_dir, folder="", owned_folder=None).resolve(value, field=field)

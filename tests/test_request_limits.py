@@ -1,0 +1,136 @@
+"""Requests cost the API a bounded amount and answer with a fitting status, never a 500: job-id lists
+are parsed as ASCII digits in one bounded pass, dry runs are limited to GLUEJOBS_MAX_DRY_RUNS at once
+(429 + Retry-After), artifact paths too long for a file name get 422; /metrics names other owners'
+jobs to admin keys only. Against a live API on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import service.routes.jobs as jobs_routes
+from shared import jobs_repo
+from shared.db import Database
+from shared.jobs_repo import MetricRow
+from tests.e2e import live_api, wait_for
+
+ALICE = "alice-key-0123456789abcdef"
+BOB = "bob-key-0123456789abcdef"
+ROOT = "root-key-0123456789abcdef"
+SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def api(settings_factory: Any, db_url: str) -> Iterator[httpx.Client]:
+    settings = settings_factory(db_url, api_keys=[ALICE, BOB], admin_keys=[ROOT], max_dry_runs=1)
+    with live_api(settings) as client:
+        yield client
+
+
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_job_id_lists_are_ascii_digits_and_bounded(api: httpx.Client) -> None:
+    job = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE)).json()
+    for value, message in (
+        ("²", "'²' is not a job id"),  # isdigit() says yes, int() says no: it was a 500
+        ("١", "'١' is not a job id"),  # Arabic-Indic one: int() reads it as 1
+        (f"{job['id']},x", "'x' is not a job id"),
+        ("99999999999999999999", "is not a job id"),  # beyond 64 bits
+        (",".join(map(str, range(1, 30))), "at most 20 jobs in one bundle"),
+        (",".join(["1"] * 6000), "at most 20 jobs in one bundle"),  # 12 KB: stops at the 200th part
+    ):
+        response = api.get("/v1/submissions", params={"jobs": value}, headers=auth(ALICE))
+        assert response.status_code == 422, (value[:20], response.text)
+        assert response.json()["error"]["field"] == "jobs"
+        assert message in response.json()["error"]["message"]
+    # Repeated and comma-separated ids name the same jobs; an ASCII id reaches the bundler.
+    named = api.get(
+        "/v1/submissions", params=[("jobs", str(job["id"])), ("jobs", f" {job['id']} ")], headers=auth(ALICE)
+    )
+    assert named.status_code == 422 and "has not succeeded" in named.json()["error"]["message"]
+
+
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_dry_runs_beyond_the_limit_get_429(api: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    inside, release = threading.Event(), threading.Event()
+    real_plan = jobs_routes.plan_job
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        inside.set()
+        release.wait(30)
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(jobs_routes, "plan_job", slow_plan)
+    first: list[httpx.Response] = []
+    planner = threading.Thread(
+        target=lambda: first.append(
+            api.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": SPEC}, headers=auth(ALICE))
+        )
+    )
+    planner.start()
+    assert inside.wait(30)
+    try:
+        for key in (ALICE, BOB):  # the limit is the API's, whoever asks
+            busy = api.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": SPEC}, headers=auth(key))
+            assert busy.status_code == 429, busy.text
+            assert busy.headers["retry-after"] == "2"
+            assert busy.json()["error"]["code"] == "too_many_requests"
+        # Submitting is not a dry run: it is not held up.
+        assert api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(BOB)).status_code == 201
+    finally:
+        release.set()
+        planner.join(60)
+    assert first[0].status_code == 200, first[0].text
+    # The slot is free again.
+    again = api.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": SPEC}, headers=auth(BOB))
+    assert again.status_code == 200, again.text
+
+
+# Parsing and limits: no database rule is involved, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_an_artifact_path_too_long_for_a_file_name_is_refused(api: httpx.Client) -> None:
+    job = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE)).json()
+    for path in ("a" * 256, f"checkpoints/{'é' * 128}", "/".join(["d" * 200] * 25)):
+        response = api.get(f"/v1/jobs/{job['id']}/artifacts/{path}", headers=auth(ALICE))
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "path"
+        assert "longer than a file name can be" in response.json()["error"]["message"]
+        assert len(response.content) < 600
+    assert api.get(f"/v1/jobs/{job['id']}/artifacts/{'a' * 255}", headers=auth(ALICE)).status_code == 404
+
+
+def test_metrics_name_jobs_to_admin_keys_only(api: httpx.Client, db: Database) -> None:
+    job = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE)).json()
+    with db.session() as session:
+        jobs_repo.register_worker(session, worker_id="w1", host="h", pid=1)
+        claimed = jobs_repo.claim_next(session, worker_id="w1", lease_s=60)
+        assert claimed is not None and claimed.id == job["id"]
+        claim = jobs_repo.Claim(job_id=job["id"], worker_id="w1", attempt=claimed.attempts)
+        for step in (1, 2):
+            jobs_repo.add_metrics(
+                session, job_id=job["id"], rows=[MetricRow(0.1, step, "train", "loss", 0.5)], claim=claim
+            )
+            time.sleep(0.05)
+
+    def throughput(key: str) -> list[Any]:
+        scrape = api.get("/metrics", headers=auth(key))
+        assert scrape.status_code == 200
+        families = {f.name: f for f in text_string_to_metric_families(scrape.text)}
+        return families["gluejobs_job_train_samples_per_second"].samples
+
+    admin = wait_for(lambda: throughput(ROOT), timeout_s=10)
+    assert [s.labels for s in admin] == [{"job": str(job["id"])}] and admin[0].value > 0
+    for key in (BOB, ALICE):  # a user key sees the sum, even of its own jobs: no job ids at all
+        [total] = throughput(key)
+        assert total.labels == {} and total.value == pytest.approx(admin[0].value)
