@@ -10,6 +10,9 @@ out-of-memory kill or a cancel cannot take the worker down, and GPU memory goes 
   never waits on the database, and an outage shorter than the lease costs nothing.
 - SIGTERM asks for a checkpoint at the next step boundary; the process then exits with
   PREEMPTED_EXIT and the worker hands the job back without spending an attempt.
+- It resumes from the newest checkpoint the database declared, never from a folder it did not
+  (worker/checkpoints.py): folders nobody declared are removed first, and every step after the
+  declared checkpoint is trained and logged again.
 - On failure every process leaves its error and error code in a file the runner reads.
 """
 
@@ -31,15 +34,15 @@ from typing import Any, TypeVar
 from shared import jobs_repo
 from shared.config import Settings, get_settings
 from shared.db import Database
-from shared.errors import GluejobsError
+from shared.errors import GluejobsError, StaleClaim
 from shared.jobs_repo import Claim
 from shared.models import Job
 from shared.resilience import Backoff, is_transient
 from shared.spec import JobSpec
-from worker.checkpoints import newest_checkpoint
+from worker import checkpoints
 from worker.liveness import watch_worker
 from worker.outcome import PREEMPTED_EXIT, Failure, classify, write_failure
-from worker.reporting import QueuedReporter
+from worker.reporting import QueuedReporter, exit_stale
 
 logger = logging.getLogger("worker.child")
 
@@ -102,8 +105,15 @@ def run_attempt(
         job = _until_reachable(lambda: _read_job(db, claim.job_id), settings)
         assert job.output_dir, "the runner sets output_dir before it starts the child"
         output_dir = Path(job.output_dir)
+        checkpoints_dir = output_dir / "checkpoints"
         spec = JobSpec.model_validate(job.spec)
-        reporter = QueuedReporter(db, claim)
+
+        def stale(error: StaleClaim) -> None:
+            # Nothing this attempt was still writing may stay behind for the current one to find.
+            checkpoints.remove_staging(checkpoints_dir, attempt=claim.attempt)
+            exit_stale(error)
+
+        reporter = QueuedReporter(db, claim, on_stale=stale)
         if spec.noop:
             if rank == 0:
                 reporter.result({"noop": True})
@@ -111,7 +121,7 @@ def run_attempt(
             return 0
         if rank == 0:
             reporter.environment(_environment(job, settings))
-        resume_from = newest_checkpoint(output_dir / "checkpoints")
+        resume_from = _resume_point(db, claim, settings, checkpoints_dir, reporter, rank=rank)
         # Imported here so that a broken torch install fails the job with its message, not the import.
         from worker.training import Preempted, run_training
 
@@ -132,6 +142,8 @@ def run_attempt(
         if rank == 0:
             reporter.result(result)
         reporter.close()  # every row written before the process says it succeeded
+        if rank == 0:
+            _tidy_checkpoints(db, claim, checkpoints_dir)
         return 0
     except BaseException as exc:  # the runner must learn why, whatever it was
         message = exc.message if isinstance(exc, GluejobsError) else f"{type(exc).__name__}: {exc}"
@@ -149,6 +161,46 @@ def run_attempt(
 def _read_job(db: Database, job_id: int) -> Job:
     with db.session() as session:
         return jobs_repo.get_job(session, job_id=job_id)
+
+
+def _declared_steps(db: Database, job_id: int) -> list[int]:
+    with db.session() as session:
+        return [c.step for c in jobs_repo.list_checkpoints(session, job_id=job_id)]
+
+
+def _resume_point(
+    db: Database,
+    claim: Claim,
+    settings: Settings,
+    checkpoints_dir: Path,
+    reporter: QueuedReporter,
+    *,
+    rank: int,
+) -> Path | None:
+    """The newest checkpoint the database declared (worker/checkpoints.py: declared = durable =
+    resumable). The main process also removes the folders nobody declared and forgets declared
+    checkpoints whose folder is gone; the other ranks only read (they resume from the same one)."""
+    declared = _until_reachable(lambda: _declared_steps(db, claim.job_id), settings)
+    found = checkpoints.reconcile(checkpoints_dir, declared, remove=rank == 0)
+    if rank == 0 and found.removed:
+        reporter.log(
+            f"removed checkpoint folder(s) that no attempt declared: {', '.join(found.removed)}",
+            level="warning",
+            data={"removed": found.removed},
+        )
+    if rank == 0 and found.forgotten:
+        reporter.checkpoints_deleted(found.forgotten)
+    return found.resume_from
+
+
+def _tidy_checkpoints(db: Database, claim: Claim, checkpoints_dir: Path) -> None:
+    """After a success: remove what an attempt that lost its lease may have left since this one
+    started (a staging folder, or a checkpoint it published and could not declare). Best effort:
+    the job has succeeded either way."""
+    try:
+        checkpoints.reconcile(checkpoints_dir, _declared_steps(db, claim.job_id))
+    except Exception as exc:
+        logger.warning("could not tidy the checkpoints folder: %s", str(exc).splitlines()[0][:200])
 
 
 def _until_reachable(read: Callable[[], T], settings: Settings) -> T:

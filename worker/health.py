@@ -1,9 +1,10 @@
 """`gluejobs worker --health-port N`: what an orchestrator asks a worker.
 
 GET /healthz: 200 while the process runs (liveness: restart it only when this fails).
-GET /readyz: 200 when the worker reaches its database; 503 with {"status": "waiting"} while it
-waits for the database to come back (it is not dead: do not restart it, its jobs keep training).
-Both answer JSON with the worker's id, state and running jobs.
+GET /readyz: 200 when the worker's last round trip to its database succeeded; 503 with
+{"status": "waiting"} when it failed — the worker waits for the database to come back (it is not
+dead: do not restart it, its jobs keep training). Both answer JSON with the worker's id, state and
+running jobs.
 
 The standard library's HTTP server on a daemon thread: no dependency, nothing to install on a
 worker image.
@@ -14,11 +15,55 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from shared.db import Database
+from shared.resilience import is_transient
+
 logger = logging.getLogger(__name__)
+
+
+class DatabaseWatch:
+    """The worker's database, and whether its last round trip reached it (what /readyz answers).
+
+    Every access of the worker goes through `session()`: its loop's claim, lease recovery and own
+    heartbeat, each running job's heartbeat, each outcome it records. The round trip that ended last
+    decides: one that failed for want of the database (shared.resilience.is_transient: away, or
+    locked past the busy timeout) makes the worker not ready, the next one that reached it (with an
+    answer, or with an error the database itself gave) ready again. A busy worker's loop may not
+    touch the database for a while, but each job's heartbeat does every GLUEJOBS_HEARTBEAT_S, so
+    /readyz follows an outage within one heartbeat. (A job's own rows are written by its process,
+    whose flusher the worker does not see; the heartbeat reaches the same database meanwhile.)
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = threading.Lock()
+        self._reachable = False  # not before the first round trip has told
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        try:
+            with self.db.session() as session:
+                yield session
+        except Exception as exc:
+            self._record(not is_transient(exc))
+            raise
+        self._record(True)
+
+    @property
+    def reachable(self) -> bool:
+        with self._lock:
+            return self._reachable
+
+    def _record(self, reached: bool) -> None:
+        with self._lock:
+            self._reachable = reached
 
 
 class HealthServer:

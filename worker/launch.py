@@ -22,6 +22,7 @@ from typing import Protocol
 
 from shared.config import Settings
 from shared.models import Job
+from worker.checkpoints import ATTEMPT_ENV
 from worker.determinism import job_environment
 from worker.devices import cuda_visible_devices
 from worker.liveness import WORKER_PID_ENV
@@ -144,11 +145,13 @@ def child_environment(settings: Settings) -> dict[str, str]:
 
 def job_child_environment(settings: Settings, job: Job, devices: list[str]) -> dict[str, str]:
     """Everything one job's child starts with: the worker's environment and settings, the job's own
-    variables, only the GPUs it holds, and the worker's pid, which the child watches so that it
-    never outlives its worker (worker/liveness.py)."""
+    variables, only the GPUs it holds, the worker's pid, which the child watches so that it
+    never outlives its worker (worker/liveness.py), and the attempt, which names its checkpoints'
+    staging folders (worker/checkpoints.py)."""
     return {
         **child_environment(settings),
         **job_environment(job.spec),
         "CUDA_VISIBLE_DEVICES": cuda_visible_devices(devices),
         WORKER_PID_ENV: str(os.getpid()),
+        ATTEMPT_ENV: str(job.attempts),
     }

@@ -45,7 +45,7 @@ OUTAGE_LOG_INTERVAL_S = 10.0
 Operation = Callable[[Session], Any]
 
 
-def _exit_stale(error: StaleClaim) -> None:
+def exit_stale(error: StaleClaim) -> None:
     logger.error("%s: this attempt stops now", error.message)
     logging.shutdown()
     os._exit(STALE_EXIT)
@@ -61,7 +61,7 @@ class QueuedReporter:
         *,
         max_pending: int = MAX_PENDING,
         backoff: Backoff | None = None,
-        on_stale: Callable[[StaleClaim], None] = _exit_stale,
+        on_stale: Callable[[StaleClaim], None] = exit_stale,
     ) -> None:
         self.db = db
         self.claim = claim

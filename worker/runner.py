@@ -13,8 +13,8 @@ each from that checkpoint.
 
 The worker outlives its database: a step of the loop that cannot reach it (lease recovery, claim,
 registration) is logged and retried after a capped, jittered backoff, while the supervisors keep
-heartbeating their jobs as soon as the database answers again. `ready` says which it is now
-(the health port's /readyz).
+heartbeating their jobs as soon as the database answers again. `ready` says whether the last
+round trip of the worker (loop or heartbeat) reached the database (the health port's /readyz).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from shared.db import Database
 from shared.models import Job, WorkerState
 from shared.resilience import Backoff, is_transient
 from worker.devices import DevicePool, cpu_slots
+from worker.health import DatabaseWatch
 from worker.launch import (
     ChildProcess,
     SubprocessChild,
@@ -73,6 +74,8 @@ class Worker:
     ) -> None:
         self.settings = settings
         self.db = db or Database(settings.database_url)
+        # Every round trip goes through it: it knows whether the last one reached the database.
+        self.database = DatabaseWatch(self.db)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{token_hex(3)}"
         self.pool = DevicePool(devices or cpu_slots(1))
         # Single-process jobs fork from a template with torch imported (worker/warm.py).
@@ -84,7 +87,7 @@ class Worker:
         self._finished: list[JobSupervisor] = []
         self._started = 0
         self._registered = False
-        self._ready = False  # whether the last database access of the loop succeeded
+        self._loop_failing = False  # whether the loop's last database access failed (for its log)
         self._backoff = Backoff(base_s=min(1.0, settings.poll_interval_s), cap_s=30.0)
         self._touched_at = 0.0
         self._state: WorkerState | None = None
@@ -131,7 +134,7 @@ class Worker:
         return outcomes
 
     def _warn_about_jobs_too_wide(self) -> None:
-        with self.db.session() as session:
+        with self.database.session() as session:
             too_wide = jobs_repo.queued_wider_than(session, processes=len(self.pool.devices))
         if too_wide:
             logger.warning(
@@ -151,8 +154,9 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        """Whether the worker reaches its database (False while it waits for it to come back)."""
-        return self._ready
+        """Whether the worker's last round trip reached its database (False while it waits for it
+        to come back): the loop's, or a running job's heartbeat."""
+        return self.database.reachable
 
     def status(self) -> dict[str, object]:
         """What the health port answers."""
@@ -160,7 +164,7 @@ class Worker:
             jobs = sorted(self._running)
         return {
             "worker_id": self.worker_id,
-            "database_reachable": self._ready,
+            "database_reachable": self.database.reachable,
             "draining": self._stopping.is_set(),
             "jobs": jobs,
             "devices": self.pool.devices,
@@ -168,7 +172,7 @@ class Worker:
 
     def _database_away(self, exc: BaseException) -> None:
         delay = self._backoff.next_delay()
-        if self._ready or self._backoff.failures == 1 or self._backoff.failures % 10 == 0:
+        if not self._loop_failing or self._backoff.failures == 1 or self._backoff.failures % 10 == 0:
             logger.warning(
                 "worker %s: the database is unreachable (try %d); waiting %.1fs: %s",
                 self.worker_id,
@@ -176,13 +180,13 @@ class Worker:
                 delay,
                 str(exc).splitlines()[0][:200],
             )
-        self._ready = False
+        self._loop_failing = True
         self._stopping.wait(delay)
 
     def _database_back(self) -> None:
-        if not self._ready and self._backoff.failures:
+        if self._loop_failing and self._backoff.failures:
             logger.info("worker %s: the database is reachable again", self.worker_id)
-        self._ready = True
+        self._loop_failing = False
         self._backoff.reset()
 
     def _touch(self) -> None:
@@ -194,13 +198,13 @@ class Worker:
             self.settings.heartbeat_s, self.settings.lease_s / 4
         ):
             return
-        with self.db.session() as session:
+        with self.database.session() as session:
             jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
         self._state, self._touched_at = state, now
 
     def _set_state(self, state: WorkerState) -> None:
         try:
-            with self.db.session() as session:
+            with self.database.session() as session:
                 jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
             self._state = state
         except Exception as exc:
@@ -220,7 +224,7 @@ class Worker:
         signal.signal(signal.SIGINT, handle)
 
     def _register(self) -> None:
-        with self.db.session() as session:
+        with self.database.session() as session:
             jobs_repo.register_worker(
                 session,
                 worker_id=self.worker_id,
@@ -236,7 +240,7 @@ class Worker:
     def _unregister(self, jobs: int) -> None:
         try:
             if self._registered:
-                with self.db.session() as session:
+                with self.database.session() as session:
                     jobs_repo.worker_stopped(session, worker_id=self.worker_id)
         except Exception as exc:  # the database is away: the row goes "gone" after a lease
             logger.warning("worker %s: could not say goodbye: %s", self.worker_id, exc)
@@ -250,7 +254,7 @@ class Worker:
         self._recover_expired_leases()
         free = self.pool.free
         started = time.perf_counter()
-        with self.db.session() as session:
+        with self.database.session() as session:
             job = jobs_repo.claim_next(
                 session, worker_id=self.worker_id, lease_s=self.settings.lease_s, max_processes=free
             )
@@ -268,7 +272,7 @@ class Worker:
             job,
             devices,
             settings=self.settings,
-            db=self.db,
+            db=self.database,
             worker_id=self.worker_id,
             launch=self.launch,
             stopping=self._stopping,
@@ -281,11 +285,11 @@ class Worker:
         return True
 
     def _retry_pending(self) -> bool:
-        with self.db.session() as session:
+        with self.database.session() as session:
             return jobs_repo.retry_pending(session, max_processes=len(self.pool.devices))
 
     def _recover_expired_leases(self) -> None:
-        with self.db.session() as session:
+        with self.database.session() as session:
             for expired in jobs_repo.recover_expired_leases(
                 session,
                 retry_base_s=self.settings.retry_backoff_s,

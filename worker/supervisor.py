@@ -29,9 +29,9 @@ from typing import TypeVar
 
 from shared import jobs_repo
 from shared.config import Settings
-from shared.db import Database
 from shared.models import ErrorCode, Job, JobStatus
 from shared.resilience import Backoff, is_transient
+from worker.health import DatabaseWatch
 from worker.launch import ChildProcess, terminate
 from worker.liveness import ORPHANED_EXIT
 from worker.outcome import PREEMPTED_EXIT, clear_errors, log_dir, read_failure
@@ -73,7 +73,7 @@ class JobSupervisor:
         devices: list[str],
         *,
         settings: Settings,
-        db: Database,
+        db: DatabaseWatch,
         worker_id: str,
         launch: Launcher,
         stopping: threading.Event,

@@ -3,11 +3,21 @@
 Imported only by the forkserver process (multiprocessing's preload), never by the worker itself.
 It must leave the process fit to fork: one thread, CUDA not initialised, no torch op run (an op
 would start torch's OpenMP thread pool).
+
+It must also never outlive its worker (a SIGKILLed worker's template went on importing for up to
+17 s, holding memory and a core, while its replacement imported its own). While it imports, it
+watches the worker as job processes do (worker/template_watch.py, imported first), and stops the
+watch before its first fork. From then on multiprocessing's own signal takes over: the forkserver
+leaves its loop the moment the last holder of its "alive" pipe is gone — the worker, since each job
+process forked from it closes its copy first thing (worker/warm.py) — and `_exit_at_once` spares it
+the 3–4 s of tearing torch and the rest down.
 """
 
 from __future__ import annotations
 
 import os
+
+from worker.template_watch import WATCH
 
 # Native libraries start helper threads when they load, and a fork copies none of them (nor the
 # locks they hold): OpenBLAS (numpy's and scipy's linear algebra, not torch's) starts thread
@@ -16,8 +26,10 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 
+import atexit
 import importlib
 import logging
+import sys
 
 import accelerate  # noqa: F401
 import datasets  # noqa: F401
@@ -67,6 +79,19 @@ def _threads() -> int:
     except OSError:
         return -1
 
+
+def _exit_at_once() -> None:
+    """Registered last, so it runs first when the forkserver leaves its loop (its worker is gone):
+    exit now, without the interpreter's teardown of torch, transformers and datasets (3–4 s on the
+    shared 2-core machine). Job processes forked from here unregister it (worker/warm.py)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
+
+
+atexit.register(_exit_at_once)
+if WATCH is not None:
+    WATCH.stop()  # the imports are done: one thread again before the first fork
 
 # Measured once the imports are done, in the template: what every fork starts from.
 THREADS_AT_FORK = _threads()

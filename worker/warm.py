@@ -41,6 +41,7 @@ Torch-free: the worker's parent imports this module; only the template imports t
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -57,6 +58,7 @@ from typing import Any
 from shared.models import Job
 from worker.determinism import job_environment
 from worker.launch import job_processes
+from worker.liveness import WORKER_PID_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,10 @@ class WarmStarter:
 
     def start(self) -> None:
         """Start the template now; it imports in the background and `wait_ready` tells when it
-        forks. The template is a fresh interpreter (fork and exec), whatever threads the worker has."""
+        forks. The template is a fresh interpreter (fork and exec), whatever threads the worker has.
+        It watches this process (worker/template_watch.py), named in its environment: its parent's
+        pid would be another process's if the worker died before the template looked."""
+        os.environ[WORKER_PID_ENV] = str(os.getpid())
         multiprocessing.forkserver.ensure_running()
         threading.Thread(target=self._first_fork, name="warm-template", daemon=True).start()
 
@@ -177,10 +182,26 @@ def _nothing() -> None:
     """The template's first fork: it answers once the template has imported everything."""
 
 
+def _leave_the_template() -> None:
+    """Drop what the fork copied from the template and a job process must not keep: the write end
+    of the template's "alive" pipe (while any process holds it, the template takes its worker to be
+    alive: only the worker may), and the template's exit hook (worker/template.py)."""
+    # multiprocessing's own attribute (Python 3.11-3.13 alike), read and cleared by name.
+    server = multiprocessing.forkserver._forkserver
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:
+        os.close(alive_fd)
+        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010
+    template = sys.modules.get(TEMPLATE_MODULE)
+    if template is not None:
+        atexit.unregister(template._exit_at_once)
+
+
 def run_forked_child(argv: list[str], env: dict[str, str], log_path: str) -> None:
     """The job's child, in the process the template forked: become a fresh job process, then run
     `python -m worker.child` in-process."""
     os.setsid()  # its own process group, as start_new_session gives a fresh interpreter
+    _leave_the_template()
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
