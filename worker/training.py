@@ -10,7 +10,6 @@ process reports.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import resource
 import time
@@ -36,6 +35,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from shared.config import Settings
 from shared.errors import JobFailed
 from shared.metric_rules import MetricPlan, improves, metric_plan, ranking_metric
+from shared.schedule import spec_schedule
 from shared.spec import JobSpec
 from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import checkpoints, throughput, tracking
@@ -208,14 +208,7 @@ def _train(
     _keep_model_files_in_checkpoints(accelerator, tokenizer)
 
     # --- the schedule: the script's arithmetic, counted after `prepare` shards the batches -------
-    schedule = plan_schedule(
-        len(train_dataloader),
-        accumulation=spec.gradient_accumulation_steps,
-        max_train_steps=spec.max_train_steps,
-        num_train_epochs=spec.num_train_epochs,
-        num_warmup_steps=spec.num_warmup_steps,
-        warmup_ratio=spec.warmup_ratio,
-    )
+    schedule = spec_schedule(spec, len(train_dataloader))
     # A prepared scheduler steps once per process per update, hence the factors (as in the script).
     lr_scheduler = accelerator.prepare(
         get_scheduler(
@@ -792,35 +785,6 @@ def _start_epoch(dataloader: Any, length_sampler: LengthGroupedSampler | None, s
         length_sampler.generator = torch.Generator().manual_seed(seed + epoch)
     if hasattr(dataloader, "set_epoch"):
         dataloader.set_epoch(epoch)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The script's arithmetic, in optimizer updates of one process."""
-
-    steps_per_epoch: int
-    max_train_steps: int
-    num_epochs: int
-    warmup_steps: int
-
-
-def plan_schedule(
-    batches_per_epoch: int,
-    *,
-    accumulation: int,
-    max_train_steps: int | None,
-    num_train_epochs: int,
-    num_warmup_steps: int,
-    warmup_ratio: float,
-) -> Schedule:
-    steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
-    total = max_train_steps or num_train_epochs * steps_per_epoch
-    return Schedule(
-        steps_per_epoch=steps_per_epoch,
-        max_train_steps=total,
-        num_epochs=math.ceil(total / steps_per_epoch),
-        warmup_steps=num_warmup_steps or math.ceil(warmup_ratio * total),
-    )
 
 
 # ---------------------------------------------------------------------------------------------------
