@@ -40,25 +40,32 @@ sys.path.insert(0, str(REPO))
 
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
-from shared.jobs_repo import MetricRow  # noqa: E402
+from shared.jobs_repo import Claim, MetricRow  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
+from shared.models import JobStatus  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 CLIENTS = 50
 CROWD_SECONDS = 10.0
 WRITE_INTERVAL_S = 0.1
+# The benchmark's jobs are claimed by no real worker: a lease that outlasts the run.
+LEASE_S = 24 * 3600.0
 
 
-def fill(db: Database, rows: int) -> int:
+def fill(db: Database, rows: int) -> Claim:
+    """A running job with `rows` metric rows; its claim (every write of a job's rows carries one)."""
     with db.session() as session:
-        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.create_job(session, spec=SPEC)
+        job = jobs_repo.claim_next(session, worker_id="bench", lease_s=LEASE_S)
+        assert job is not None
+        claim = Claim(job.id, "bench", job.attempts)
         for start in range(0, rows, 5000):
             batch = [
                 MetricRow(epoch=s / 1000, step=s, split="train", name="loss", value=1.0 / (s + 1))
                 for s in range(start, min(rows, start + 5000))
             ]
-            jobs_repo.add_metrics(session, job_id=job.id, rows=batch)
-    return job.id
+            jobs_repo.add_metrics(session, job_id=job.id, rows=batch, claim=claim)
+    return claim
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -110,8 +117,9 @@ async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -
 
 
 async def streams(
-    base: str, db: Database, job_id: int, resume_from: str, server: psutil.Process
+    base: str, db: Database, claim: Claim, resume_from: str, server: psutil.Process
 ) -> dict[str, Any]:
+    job_id = claim.job_id
     committed: dict[int, float] = {}  # step → when its row was committed
     lags: list[float] = []
     ready = asyncio.Event()
@@ -144,6 +152,7 @@ async def streams(
                     session,
                     job_id=job_id,
                     rows=[MetricRow(epoch=1.0, step=step, split="train", name="loss", value=0.5)],
+                    claim=claim,
                 )
             committed[step] = time.time()
             step += 1
@@ -169,7 +178,7 @@ async def streams(
         cpu = sum(server.cpu_times()[:2]) - cpu_before
         # End the job: every stream then closes by itself.
         with db.session() as session:
-            jobs_repo.request_cancel(session, job_id=job_id)
+            jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         await asyncio.wait_for(asyncio.gather(*listeners), 30)
     return {
         "streams": CLIENTS,
@@ -227,7 +236,8 @@ def main() -> int:
     database_url = args.database_url or f"sqlite:///{root / 'gluejobs.db'}"
     db = Database(database_url)
     upgrade(db)
-    small, large = fill(db, 10), fill(db, args.rows)
+    small_claim, large_claim = fill(db, 10), fill(db, args.rows)
+    small, large = small_claim.job_id, large_claim.job_id
     port = free_port()
     api = start_api(database_url, root, port)
     base = f"http://127.0.0.1:{port}"
@@ -251,7 +261,7 @@ def main() -> int:
         server = psutil.Process(api.pid)
         figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
         figures.update(asyncio.run(pollers(base, large, last_metric - 10, server)))
-        figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
+        figures.update(asyncio.run(streams(base, db, large_claim, f"{last_metric}.{last_event}", server)))
         print(json.dumps(figures))
     finally:
         api.terminate()

@@ -6,7 +6,7 @@ the same job can repeat after a crash (metrics, checkpoints) are idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -72,30 +72,45 @@ class Claim:
     worker_id: str
     attempt: int
 
+    def holds(self, job: Job, statuses: Collection[JobStatus] = ACTIVE_STATUSES) -> bool:
+        """Whether this is `job`'s current claim (and the job is in one of `statuses`)."""
+        return (
+            job.id == self.job_id
+            and job.worker_id == self.worker_id
+            and job.attempts == self.attempt
+            and job.status in statuses
+        )
 
-def _fence(session: Session, claim: Claim) -> Job:
+
+def _fence(session: Session, claim: Claim, *, job_id: int | None = None) -> Job:
     """The job, locked, when `claim` is its current one (inside the caller's write transaction);
-    else StaleClaim. The row lock orders the check before any claim that would change it."""
-    job = session.scalars(select(Job).where(Job.id == claim.job_id).with_for_update()).one_or_none()
-    _require_current(job, claim)
-    assert job is not None
-    return job
-
-
-def _require_current(job: Job | None, claim: Claim) -> None:
+    else StaleClaim. The row lock orders the check before any claim that would change it.
+    `job_id`: the job the caller means to write to, which must be the claim's."""
+    if job_id is not None and job_id != claim.job_id:
+        raise ValueError(f"a claim on job {claim.job_id} used to write to job {job_id}")
+    job = _locked(session, claim.job_id)
     if job is None:
         raise NotFound(f"job {claim.job_id} not found")
-    if job.worker_id != claim.worker_id or job.attempts != claim.attempt or job.status not in ACTIVE_STATUSES:
+    if not claim.holds(job):
         raise StaleClaim(
             f"job {claim.job_id}: attempt {claim.attempt} of worker {claim.worker_id} is no longer "
             f"current (the job is {job.status}, attempt {job.attempts}, worker {job.worker_id}); "
             "its write was refused"
         )
+    return job
 
 
-def _check_claim(job_id: int, claim: Claim | None) -> None:
-    if claim is not None and claim.job_id != job_id:
-        raise ValueError(f"a claim on job {claim.job_id} used to write to job {job_id}")
+def _current(
+    session: Session, claim: Claim, *, statuses: Collection[JobStatus] = ACTIVE_STATUSES
+) -> Job | None:
+    """The job, locked, when `claim` is its current one and it is in one of `statuses`; else None
+    (the worker has lost it: its lease expired and lease recovery or another worker moved on)."""
+    job = _locked(session, claim.job_id)
+    return job if job is not None and claim.holds(job, statuses) else None
+
+
+def _locked(session: Session, job_id: int) -> Job | None:
+    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,7 +168,7 @@ def _add_job(
     session.add(job)
     session.flush()
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
-    _event(session, job.id, STATE, message, data={"status": JobStatus.queued})
+    _state_event(session, job, message)
     return job
 
 
@@ -277,11 +292,9 @@ def request_cancel(session: Session, *, job_id: int, owner: str | None = None) -
 
 def _cancel(session: Session, job: Job, now: datetime) -> None:
     if job.status == JobStatus.queued:
-        job.status, job.finished_at = JobStatus.cancelled, now
-        _event(session, job.id, STATE, "job cancelled before it started", data={"status": job.status})
+        _transition(session, job, JobStatus.cancelled, "job cancelled before it started", now=now)
     elif job.status == JobStatus.running:
-        job.status = JobStatus.cancelling
-        _event(session, job.id, STATE, "cancellation requested", data={"status": job.status})
+        _transition(session, job, JobStatus.cancelling, "cancellation requested", now=now)
     job.cancel_requested_at = job.cancel_requested_at or now
 
 
@@ -426,15 +439,10 @@ def find_job(session: Session, *, job_id: int) -> Job | None:
 # ------------------------------------------------------------------------------------------------
 
 
-def set_environment(
-    session: Session, *, job_id: int, environment: dict[str, Any], claim: Claim | None = None
-) -> None:
+def set_environment(session: Session, *, job_id: int, environment: dict[str, Any], claim: Claim) -> None:
     """What the running attempt runs with (versions, device, data and weight hashes, the spec)."""
-    _check_claim(job_id, claim)
     with write(session):
-        if claim is not None:
-            _fence(session, claim)
-        session.execute(update(Job).where(Job.id == job_id).values(environment=environment))
+        _fence(session, claim, job_id=job_id).environment = environment
 
 
 # ------------------------------------------------------------------------------------------------
@@ -503,13 +511,12 @@ def claim_next(
     )
     with write(session):
         job = session.scalars(statement).one_or_none()
-        if job is not None:
-            _event(
+        if job is not None:  # the statement made the transition: only its event is left to write
+            _state_event(
                 session,
-                job.id,
-                STATE,
+                job,
                 f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
-                data={"status": JobStatus.running, "worker_id": worker_id, "attempt": job.attempts},
+                data={"worker_id": worker_id, "attempt": job.attempts},
                 attempt=job.attempts,
             )
     return job
@@ -525,180 +532,111 @@ def retry_pending(session: Session, *, max_processes: int | None = None) -> bool
         return session.scalars(query.limit(1)).first() is not None
 
 
-def heartbeat(
-    session: Session, *, job_id: int, worker_id: str, lease_s: float, attempt: int | None = None
-) -> JobStatus | None:
-    """Renew the lease; the job's status, or None when this worker (and attempt) no longer holds it."""
+def heartbeat(session: Session, *, claim: Claim, lease_s: float) -> JobStatus | None:
+    """Renew the lease; the job's status, or None when this claim is no longer the job's.
+
+    One UPDATE (no row read first): the worker beats every few seconds for each job it runs."""
     now = utcnow()
     with write(session):
         status = session.scalars(
             update(Job)
-            .where(
-                Job.id == job_id,
-                Job.worker_id == worker_id,
-                Job.status.in_(ACTIVE_STATUSES),
-                *_attempt_is(attempt),
-            )
+            .where(*_held_by(claim))
             .values(lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(Job.status)
         ).one_or_none()
-        session.execute(update(Worker).where(Worker.id == worker_id).values(last_heartbeat_at=now))
+        session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_heartbeat_at=now))
     return status
 
 
-def _attempt_is(attempt: int | None) -> tuple[Any, ...]:
-    return () if attempt is None else (Job.attempts == attempt,)
+def _held_by(claim: Claim) -> tuple[Any, ...]:
+    """Claim.holds, as a WHERE clause."""
+    return (
+        Job.id == claim.job_id,
+        Job.worker_id == claim.worker_id,
+        Job.attempts == claim.attempt,
+        Job.status.in_(ACTIVE_STATUSES),
+    )
 
 
 def set_output_dir(
-    session: Session, *, job_id: int, worker_id: str, output_dir: str, devices: Sequence[str] | None = None
+    session: Session, *, claim: Claim, output_dir: str, devices: Sequence[str] | None = None
 ) -> None:
     """Where the attempt writes, and the devices it holds (CUDA indices or CPU slots)."""
     values: dict[str, Any] = {"output_dir": output_dir}
     if devices is not None:
         values["devices"] = list(devices)
     with write(session):
-        session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(**values))
+        session.execute(update(Job).where(*_held_by(claim)).values(**values))
 
 
 def finish_job(
     session: Session,
     *,
-    job_id: int,
-    worker_id: str,
+    claim: Claim,
     status: JobStatus,
     error: str | None = None,
     result: dict[str, Any] | None = None,
     error_code: ErrorCode | None = None,
-    attempt: int | None = None,
 ) -> bool:
     """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
-    now = utcnow()
-    values: dict[str, Any] = {
-        "status": status,
-        "finished_at": now,
-        "lease_expires_at": None,
-        "error": error,
-        "error_code": error_code if status == JobStatus.failed else None,
-    }
-    if result is not None:
-        values["result"] = result
     with write(session):
-        done = session.execute(
-            update(Job)
-            .where(
-                Job.id == job_id,
-                Job.worker_id == worker_id,
-                Job.status.in_(ACTIVE_STATUSES),
-                *_attempt_is(attempt),
-            )
-            .values(**values)
-            .returning(Job.id)
-        ).one_or_none()
-        if done is not None:
-            code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
-            message = f"job {status}{code}" + (f": {error}" if error else "")
-            level = "error" if status == JobStatus.failed else "info"
-            _event(
-                session,
-                job_id,
-                STATE,
-                message,
-                level=level,
-                data={"status": status, "error_code": code.strip(" []") or None},
-            )
-    return done is not None
+        job = _current(session, claim)
+        if job is None:
+            return False
+        job.lease_expires_at, job.error = None, error
+        job.error_code = error_code if status == JobStatus.failed else None
+        if result is not None:
+            job.result = result
+        code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
+        _transition(
+            session,
+            job,
+            status,
+            f"job {status}{code}" + (f": {error}" if error else ""),
+            level="error" if status == JobStatus.failed else "info",
+            data={"error_code": code.strip(" []") or None},
+        )
+    return True
 
 
 def fail_job(
     session: Session,
     *,
-    job_id: int,
-    worker_id: str,
-    attempt: int,
+    claim: Claim,
     error_code: ErrorCode,
     error: str,
     retry_base_s: float,
     retry_cap_s: float,
 ) -> JobStatus | None:
-    """A failed attempt. When the cause lies outside the job (error_code.retryable) and attempts
-    remain, the job is queued again, claimable after an exponential backoff (`not_before`), and the
-    next attempt resumes from the newest checkpoint; else it fails for good. The job keeps the
-    error and its code either way. The job's status after it, or None when the claim was lost.
-
-    A cancel requested meanwhile wins: the job is cancelled instead.
-    """
-    now = utcnow()
+    """A failed attempt: `_requeue_or_fail` decides whether it is tried again. The job keeps the
+    error and its code either way. The job's status after it, or None when the claim was lost."""
     with write(session):
-        job = session.scalars(
-            select(Job)
-            .where(Job.id == job_id, Job.worker_id == worker_id, Job.attempts == attempt)
-            .where(Job.status.in_(ACTIVE_STATUSES))
-            .with_for_update()
-        ).one_or_none()
+        job = _current(session, claim)
         if job is None:
             return None
-        job.error, job.error_code, job.lease_expires_at = error, error_code, None
-        if job.status == JobStatus.cancelling:
-            job.status, job.finished_at = JobStatus.cancelled, now
-            _event(
-                session,
-                job_id,
-                STATE,
-                f"job cancelled (its attempt failed: {error_code})",
-                data={"status": job.status},
-            )
-        elif error_code.retryable and job.attempts < job.max_attempts:
-            delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
-            job.status, job.worker_id = JobStatus.queued, None
-            job.not_before = now + timedelta(seconds=delay)
-            _event(
-                session,
-                job_id,
-                STATE,
-                f"attempt {attempt} failed [{error_code}]: {error.splitlines()[0] if error else ''}; "
-                f"retrying in {delay:.0f}s from the newest checkpoint",
-                level="warning",
-                data={"status": job.status, "error_code": error_code, "retry_in_s": delay},
-            )
-        else:
-            job.status, job.finished_at = JobStatus.failed, now
-            why = "" if not error_code.retryable else f" (all {job.max_attempts} attempts spent)"
-            _event(
-                session,
-                job_id,
-                STATE,
-                f"job failed [{error_code}]{why}: {error}",
-                level="error",
-                data={"status": job.status, "error_code": error_code},
-            )
+        first_line = error.splitlines()[0] if error else ""
+        _requeue_or_fail(
+            session,
+            job,
+            error_code=error_code,
+            error=error,
+            cause=f"attempt {claim.attempt} failed [{error_code}]: {first_line}",
+            now=utcnow(),
+            retry_base_s=retry_base_s,
+            retry_cap_s=retry_cap_s,
+        )
         return job.status
 
 
-def release_job(
-    session: Session, *, job_id: int, worker_id: str, reason: str, attempt: int | None = None
-) -> bool:
+def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
     """Put a job this worker holds back in the queue without spending an attempt (worker shutdown)."""
     with write(session):
-        job = session.scalars(
-            update(Job)
-            .where(
-                Job.id == job_id,
-                Job.worker_id == worker_id,
-                Job.status == JobStatus.running,
-                *_attempt_is(attempt),
-            )
-            .values(
-                status=JobStatus.queued,
-                worker_id=None,
-                lease_expires_at=None,
-                attempts=Job.attempts - 1,
-            )
-            .returning(Job.id)
-        ).one_or_none()
-        if job is not None:
-            _event(session, job_id, STATE, f"job requeued: {reason}", data={"status": JobStatus.queued})
-    return job is not None
+        job = _current(session, claim, statuses=(JobStatus.running,))
+        if job is None:
+            return False
+        job.worker_id, job.lease_expires_at, job.attempts = None, None, job.attempts - 1
+        _transition(session, job, JobStatus.queued, f"job requeued: {reason}")
+    return True
 
 
 @dataclass(frozen=True)
@@ -710,12 +648,9 @@ class ExpiredLease:
 def recover_expired_leases(
     session: Session, *, now: datetime | None = None, retry_base_s: float = 0.0, retry_cap_s: float = 0.0
 ) -> list[ExpiredLease]:
-    """Jobs whose worker stopped heartbeating go back to the queue while attempts remain (claimable
-    after the retry backoff), else fail as worker_lost.
-
-    A job that was being cancelled is cancelled instead. The next attempt resumes from the newest
-    checkpoint. With nothing expired, only a read is made (no write lock).
-    """
+    """Jobs whose worker stopped heartbeating end their attempt as worker_lost (`_requeue_or_fail`):
+    back to the queue while attempts remain, else failed; a job being cancelled is cancelled.
+    With nothing expired, only a read is made (no write lock)."""
     now = now or utcnow()
     outcomes: list[ExpiredLease] = []
     expired = (Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
@@ -723,43 +658,107 @@ def recover_expired_leases(
         if session.scalars(select(Job.id).where(*expired).limit(1)).first() is None:
             return outcomes
     with write(session):
-        stale = session.scalars(
-            select(Job)
-            .where(Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
-            .with_for_update(skip_locked=True)
-        ).all()
+        stale = session.scalars(select(Job).where(*expired).with_for_update(skip_locked=True)).all()
         for job in stale:
             lost = f"worker {job.worker_id} stopped renewing its lease"
-            if job.status == JobStatus.cancelling:
-                job.status, job.finished_at = JobStatus.cancelled, now
-                _event(session, job.id, STATE, f"job cancelled ({lost})", data={"status": job.status})
-            elif job.attempts < job.max_attempts:
-                job.status, job.error_code = JobStatus.queued, ErrorCode.worker_lost
-                delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
-                job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
-                _event(
-                    session,
-                    job.id,
-                    STATE,
-                    f"job requeued: {lost}",
-                    level="warning",
-                    data={"status": job.status},
-                )
-            else:
-                job.status, job.finished_at = JobStatus.failed, now
-                job.error_code = ErrorCode.worker_lost
-                job.error = f"{lost}, and all {job.max_attempts} attempts are spent"
-                _event(
-                    session,
-                    job.id,
-                    STATE,
-                    f"job failed: {job.error}",
-                    level="error",
-                    data={"status": job.status},
-                )
-            job.worker_id, job.lease_expires_at = None, None
+            _requeue_or_fail(
+                session,
+                job,
+                error_code=ErrorCode.worker_lost,
+                error=lost,
+                cause=lost,
+                now=now,
+                retry_base_s=retry_base_s,
+                retry_cap_s=retry_cap_s,
+            )
+            job.worker_id = None  # no worker holds it, whichever way it went
             outcomes.append(ExpiredLease(job.id, job.status == JobStatus.queued))
     return outcomes
+
+
+def _requeue_or_fail(
+    session: Session,
+    job: Job,
+    *,
+    error_code: ErrorCode,
+    error: str,
+    cause: str,
+    now: datetime,
+    retry_base_s: float,
+    retry_cap_s: float,
+) -> None:
+    """The end of an attempt that failed or was lost (inside the caller's write transaction, `job`
+    locked). A cancel requested meanwhile wins: the job is cancelled. Else, when the cause lies
+    outside the job (error_code.retryable) and attempts remain, it is queued again, claimable after
+    an exponential backoff (`not_before`), and the next attempt resumes from the newest checkpoint.
+    Else it fails for good. `cause` says in the events why the attempt ended."""
+    job.error, job.error_code, job.lease_expires_at = error, error_code, None
+    if job.status == JobStatus.cancelling:
+        _transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
+    elif error_code.retryable and job.attempts < job.max_attempts:
+        delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
+        job.worker_id = None
+        job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
+        _transition(
+            session,
+            job,
+            JobStatus.queued,
+            f"{cause}; retrying in {delay:.0f}s from the newest checkpoint",
+            level="warning",
+            data={"error_code": error_code, "retry_in_s": delay},
+        )
+    else:
+        if error_code.retryable:
+            job.error = f"{error}, and all {job.max_attempts} attempts are spent"
+        _transition(
+            session,
+            job,
+            JobStatus.failed,
+            f"job failed [{error_code}]: {job.error}",
+            level="error",
+            data={"error_code": error_code},
+            now=now,
+        )
+
+
+def _transition(
+    session: Session,
+    job: Job,
+    to: JobStatus,
+    message: str,
+    *,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Move `job` (locked by the caller, inside its write transaction) to status `to`, and write the
+    state event that says so: every status change but the claim's single statement goes through
+    here. A finished job gets its finished_at."""
+    job.status = to
+    if to.is_terminal:
+        job.finished_at = now or utcnow()
+    _state_event(session, job, message, level=level, data=data)
+
+
+def _state_event(
+    session: Session,
+    job: Job,
+    message: str,
+    *,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+    attempt: int | None = None,
+) -> None:
+    """The event of the status `job` now has (the live stream and the clients read the status from it)."""
+    _event(
+        session,
+        job.id,
+        STATE,
+        message,
+        level=level,
+        data={"status": job.status, **(data or {})},
+        attempt=attempt,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -782,20 +781,18 @@ def add_metrics(
     job_id: int,
     rows: Iterable[MetricRow],
     best_metric: str | None = None,
-    claim: Claim | None = None,
+    claim: Claim,
 ) -> int:
     """Insert metric rows, skipping any (split, name, step) the job already has; the count inserted.
 
     The job's latest metrics (per split) and best evaluation are updated in the same transaction.
-    With `claim`, the write is refused (StaleClaim) unless it is the job's current claim; the rows
-    record its attempt. Repeating the same call (a retry after a lost acknowledgement) adds nothing.
+    The write is refused (StaleClaim) unless `claim` is the job's current claim; the rows record its
+    attempt. Repeating the same call (a retry after a lost acknowledgement) adds nothing.
     """
-    _check_claim(job_id, claim)
     rows = list(rows)
     if not rows:
         return 0
     now = utcnow()
-    attempt = claim.attempt if claim is not None else None
     values = [
         {
             "job_id": job_id,
@@ -805,15 +802,13 @@ def add_metrics(
             "name": r.name,
             "value": r.value,
             "created_at": now,
-            "attempt": attempt,
+            "attempt": claim.attempt,
         }
         for r in rows
     ]
     with write(session):
         # The job's row lock first (and the fence): the same order as every other write of the job.
-        job = _fence(session, claim) if claim is not None else session.get(Job, job_id, with_for_update=True)
-        if job is None:
-            raise NotFound(f"job {job_id} not found")
+        job = _fence(session, claim, job_id=job_id)
         insert = _insert_for(session)(JobMetric).values(values)
         insert = insert.on_conflict_do_nothing(index_elements=["job_id", "split", "name", "step"])
         inserted = session.execute(insert.returning(JobMetric.id)).all()
@@ -851,13 +846,11 @@ def add_checkpoint(
     path: str,
     metrics: dict[str, float],
     is_best: bool = False,
-    claim: Claim | None = None,
+    claim: Claim,
     dedup_key: str | None = None,
 ) -> None:
-    _check_claim(job_id, claim)
     with write(session):
-        if claim is not None:
-            _fence(session, claim)
+        _fence(session, claim, job_id=job_id)
         if is_best:
             session.execute(update(Checkpoint).where(Checkpoint.job_id == job_id).values(is_best=False))
         insert = _insert_for(session)(Checkpoint).values(
@@ -882,7 +875,7 @@ def add_checkpoint(
             CHECKPOINT,
             f"checkpoint at step {step}" + (" (best so far)" if is_best else ""),
             data={"step": step, "epoch": epoch, "path": path, "metrics": metrics, "is_best": is_best},
-            attempt=claim.attempt if claim else None,
+            attempt=claim.attempt,
             dedup_key=dedup_key,
         )
 
@@ -892,16 +885,14 @@ def delete_checkpoints(
     *,
     job_id: int,
     steps: Sequence[int],
-    claim: Claim | None = None,
+    claim: Claim,
     dedup_key: str | None = None,
 ) -> None:
     """Forget checkpoints whose folders were removed (save_total_limit)."""
-    _check_claim(job_id, claim)
     if not steps:
         return
     with write(session):
-        if claim is not None:
-            _fence(session, claim)
+        _fence(session, claim, job_id=job_id)
         session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step.in_(steps)))
         _event(
             session,
@@ -909,7 +900,7 @@ def delete_checkpoints(
             CHECKPOINT,
             f"removed checkpoint(s) at step {', '.join(map(str, steps))}",
             data={"deleted_steps": list(steps)},
-            attempt=claim.attempt if claim else None,
+            attempt=claim.attempt,
             dedup_key=dedup_key,
         )
 
@@ -921,15 +912,13 @@ def add_event(
     message: str,
     level: str = "info",
     data: dict[str, Any] | None = None,
-    claim: Claim | None = None,
+    claim: Claim,
     dedup_key: str | None = None,
 ) -> None:
     """A log event. With `dedup_key`, repeating the call (a retry after a lost acknowledgement)
     adds nothing."""
-    _check_claim(job_id, claim)
     with write(session):
-        if claim is not None:
-            _fence(session, claim)
+        _fence(session, claim, job_id=job_id)
         _event(
             session,
             job_id,
@@ -937,17 +926,15 @@ def add_event(
             message,
             level=level,
             data=data,
-            attempt=claim.attempt if claim else None,
+            attempt=claim.attempt,
             dedup_key=dedup_key,
         )
 
 
-def set_result(session: Session, *, job_id: int, result: dict[str, Any], claim: Claim | None = None) -> None:
-    _check_claim(job_id, claim)
+def set_result(session: Session, *, job_id: int, result: dict[str, Any], claim: Claim) -> None:
     with write(session):
-        job = _fence(session, claim) if claim is not None else session.get(Job, job_id, with_for_update=True)
-        if job is not None:
-            job.result = {**(job.result or {}), **result}
+        job = _fence(session, claim, job_id=job_id)
+        job.result = {**(job.result or {}), **result}
 
 
 def _event(

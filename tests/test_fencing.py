@@ -23,6 +23,7 @@ from shared.db import Database, read
 from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
+from tests.dbutil import claimed
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
@@ -32,9 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _claimed(db: Database, worker_id: str = "w1", lease_s: float = 60) -> Claim:
     with db.session() as session:
-        job = jobs_repo.claim_next(session, worker_id=worker_id, lease_s=lease_s)
-    assert job is not None
-    return Claim(job_id=job.id, worker_id=worker_id, attempt=job.attempts)
+        return claimed(session, worker_id=worker_id, lease_s=lease_s)
 
 
 def test_a_stale_attempts_writes_are_refused(db: Database) -> None:
@@ -121,9 +120,7 @@ def test_failures_outside_the_job_retry_after_a_backoff_and_the_jobs_own_fail_at
     with db.session() as session:
         status = jobs_repo.fail_job(
             session,
-            job_id=retried,
-            worker_id="w1",
-            attempt=1,
+            claim=claim,
             error_code=ErrorCode.killed,
             error="the job's process was killed by SIGKILL",
             retry_base_s=0.8,
@@ -137,9 +134,7 @@ def test_failures_outside_the_job_retry_after_a_backoff_and_the_jobs_own_fail_at
         assert other is not None and other.id != retried
         bad = jobs_repo.fail_job(
             session,
-            job_id=other.id,
-            worker_id="w2",
-            attempt=1,
+            claim=Claim(other.id, "w2", 1),
             error_code=ErrorCode.invalid_data,
             error="labels that do not fit",
             retry_base_s=0.8,

@@ -31,6 +31,7 @@ from shared.db import Database
 from shared.models import JobStatus
 from shared.spec import JobSpec
 from shared.tasks import GLUE_SUBMISSIONS, TASKS
+from tests.dbutil import claimed
 from worker.training import run_training
 
 TEST_ROWS = 20
@@ -377,10 +378,9 @@ def finished_job(db: Database, task: str, output_dir: Path, *, do_predict: bool 
             session,
             spec={"model_name_or_path": "tiny-bert", "task_name": task, "do_predict": do_predict, "seed": 3},
         )
-        claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
-        assert claimed is not None and claimed.id == job.id
-        jobs_repo.set_output_dir(session, job_id=job.id, worker_id="w", output_dir=str(output_dir))
-        jobs_repo.finish_job(session, job_id=job.id, worker_id="w", status=JobStatus.succeeded)
+        claim = claimed(session, job.id)
+        jobs_repo.set_output_dir(session, claim=claim, output_dir=str(output_dir))
+        jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
     return job.id
 
 
