@@ -21,12 +21,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,6 +34,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import QUIET_API, bench_settings, percentile, run_folder  # noqa: E402
+from gluejobs.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
 from shared.jobs_repo import Claim, MetricRow  # noqa: E402
@@ -66,11 +64,6 @@ def fill(db: Database, rows: int) -> Claim:
             ]
             jobs_repo.add_metrics(session, job_id=job.id, rows=batch, claim=claim)
     return claim
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 2)
 
 
 def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], repeat: int) -> float:
@@ -194,35 +187,6 @@ async def streams(
 # --- the API as a process of its own ----------------------------------------------------------------
 
 
-def start_api(database_url: str, root: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "GLUEJOBS_DATABASE_URL": database_url,
-        "GLUEJOBS_ARTIFACTS_DIR": str(root),
-        "GLUEJOBS_DATA_DIR": str(root),
-        "GLUEJOBS_MODELS_DIR": str(root),
-        "GLUEJOBS_CACHE_DIR": str(root),
-        "PYTHONPATH": str(REPO),
-    }
-    command = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--port", str(port)]
-    process = subprocess.Popen([*command, "--log-level", "warning"], cwd=REPO, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("the API did not start")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -232,43 +196,47 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="gluejobs-poll-"))
-    database_url = args.database_url or f"sqlite:///{root / 'gluejobs.db'}"
-    db = Database(database_url)
-    upgrade(db)
-    small_claim, large_claim = fill(db, 10), fill(db, args.rows)
-    small, large = small_claim.job_id, large_claim.job_id
-    port = free_port()
-    api = start_api(database_url, root, port)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
-        with httpx.Client(base_url=base, timeout=30) as client:
-            for label, job_id, rows in (("10_rows", small, 10), (f"{args.rows}_rows", large, args.rows)):
-                first_id = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1}).json()["data"][0][
-                    "id"
-                ]
-                cursor = first_id + rows - 10  # a poller that has seen all but the newest ten rows
-                figures[f"job_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}", {}, args.repeat)
-                figures[f"metrics_after_ms_{label}"] = median_ms(
-                    client, f"/v1/jobs/{job_id}/metrics", {"after": cursor, "limit": 1000}, args.repeat
+    with run_folder("gluejobs-poll-") as root:
+        settings = bench_settings(root, database_url=args.database_url)
+        db = Database(settings.database_url)
+        upgrade(db)
+        try:
+            small_claim, large_claim = fill(db, 10), fill(db, args.rows)
+            with local_stack(
+                settings, logs=root / "logs", workers=0, migrate=False, api_command=QUIET_API
+            ) as stack:
+                assert stack.api is not None
+                figures = measure(
+                    stack.url, db, psutil.Process(stack.api.pid), small_claim, large_claim, args
                 )
-                figures[f"events_ms_{label}"] = median_ms(
-                    client, f"/v1/jobs/{job_id}/events", {}, args.repeat
-                )
-            last_metric = first_id + args.rows - 1
-            last_event = client.get(f"/v1/jobs/{large}/events").json()["data"][-1]["id"]
-        server = psutil.Process(api.pid)
-        figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
-        figures.update(asyncio.run(pollers(base, large, last_metric - 10, server)))
-        figures.update(asyncio.run(streams(base, db, large_claim, f"{last_metric}.{last_event}", server)))
-        print(json.dumps(figures))
-    finally:
-        api.terminate()
-        api.wait(30)
-        db.dispose()
-        shutil.rmtree(root, ignore_errors=True)
+        finally:
+            db.dispose()
+    print(json.dumps(figures))
     return 0
+
+
+def measure(
+    base: str, db: Database, server: psutil.Process, small: Claim, large: Claim, args: argparse.Namespace
+) -> dict[str, object]:
+    figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for label, job_id, rows in (
+            ("10_rows", small.job_id, 10),
+            (f"{args.rows}_rows", large.job_id, args.rows),
+        ):
+            first_id = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1}).json()["data"][0]["id"]
+            cursor = first_id + rows - 10  # a poller that has seen all but the newest ten rows
+            figures[f"job_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}", {}, args.repeat)
+            figures[f"metrics_after_ms_{label}"] = median_ms(
+                client, f"/v1/jobs/{job_id}/metrics", {"after": cursor, "limit": 1000}, args.repeat
+            )
+            figures[f"events_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}/events", {}, args.repeat)
+        last_metric = first_id + args.rows - 1
+        last_event = client.get(f"/v1/jobs/{large.job_id}/events").json()["data"][-1]["id"]
+    figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
+    figures.update(asyncio.run(pollers(base, large.job_id, last_metric - 10, server)))
+    figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
+    return figures
 
 
 if __name__ == "__main__":
