@@ -3,18 +3,30 @@ claiming a job as a worker would, to write to it as its process does."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import Claim
-from shared.models import Base
+from shared.models import Base, Job
 
 
 def count_rows(db: Database, model: type[Base]) -> int:
     with db.engine.connect() as connection:
         return int(connection.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def assert_refused(client: Any, db: Database, spec: dict[str, Any], field: str, message: str) -> None:
+    """POST /v1/jobs with `spec` is refused (422) naming `field`, its message says `message`, and
+    nothing is stored."""
+    response = client.post("/v1/jobs", json={"spec": spec})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["field"], message in error["message"]) == (field, True), error
+    assert count_rows(db, Job) == 0
 
 
 def claimed(

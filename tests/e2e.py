@@ -112,3 +112,12 @@ def api_process(
             yield client, process
     finally:
         stack.stop(process, grace_s=10)
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (an orphan's new parent may reap it late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -24,6 +24,7 @@ from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
 from tests.dbutil import claimed
+from tests.e2e import running
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
@@ -283,11 +284,11 @@ def test_a_job_process_exits_when_its_worker_dies_even_through_an_intermediate(t
             assert time.monotonic() < deadline, "the job process did not start"
             time.sleep(0.1)
         job_pid = int(pid_file.read_text())
-        assert _running(job_pid)
+        assert running(job_pid)
         os.kill(worker.pid, signal.SIGKILL)  # the worker only: not its group, not the job
         worker.wait(10)
         killed_at = time.monotonic()
-        while _running(job_pid):
+        while running(job_pid):
             assert time.monotonic() - killed_at < 5, "the orphaned job process kept running"
             time.sleep(0.05)
     finally:
@@ -311,15 +312,6 @@ def test_the_orphan_exit_status(tmp_path: Path) -> None:
         timeout=30,
     )
     assert child.returncode == ORPHANED_EXIT
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (an orphan's new parent may reap it late)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_thread_safety_of_the_reporter_queue_under_many_producers(db: Database) -> None:

@@ -13,7 +13,7 @@ import io
 import re
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from shared.models import JobStatus
 from shared.spec import JobSpec
 from shared.tasks import GLUE_SUBMISSIONS, TASKS
 from tests.dbutil import claimed
+from tests.runs import RecordingReporter, reset_accelerate_state
 from worker.training import run_training
 
 TEST_ROWS = 20
@@ -220,23 +221,6 @@ def build_glue_folder(root: Path, kit: Path) -> dict[str, pd.DataFrame]:
 
 
 @dataclass
-class LogReporter:
-    logs: list[str] = field(default_factory=list)
-
-    def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
-        self.logs.append(message)
-
-    def metrics(self, **_: Any) -> None:
-        pass
-
-    def checkpoint(self, **_: Any) -> None:
-        pass
-
-    def checkpoints_deleted(self, steps: list[int]) -> None:
-        pass
-
-
-@dataclass
 class Predicted:
     glue_dir: Path
     tests: dict[str, pd.DataFrame]
@@ -249,8 +233,6 @@ def predicted(
     tmp_path_factory: pytest.TempPathFactory, glue_data: Path, models_dir: Path
 ) -> Iterator[Predicted]:
     """Every task trained for two steps on the tiny model, with do_predict."""
-    from accelerate.state import AcceleratorState, GradientState
-
     root = tmp_path_factory.mktemp("submission")
     glue = root / "glue"
     tests = build_glue_folder(glue, glue_data)
@@ -271,11 +253,10 @@ def predicted(
             seed=3,
         )
         outputs[task] = root / "jobs" / task
-        reporter = LogReporter()
+        reporter = RecordingReporter()
         run_training(spec, settings, output_dir=outputs[task], reporter=reporter)
         logs[task] = reporter.logs
-        AcceleratorState._reset_state(reset_partial_state=True)  # one Accelerator per process, as in a child
-        GradientState._reset_state()
+        reset_accelerate_state()  # one Accelerator per process, as in a child
     yield Predicted(glue, tests, outputs, logs)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
@@ -24,28 +23,13 @@ from service.main import create_app
 from shared.config import Settings
 from shared.db import Database
 from shared.spec import FAST_SETTINGS, JobSpec
-from tests.test_training import RecordingReporter, make_spec
+from tests.runs import RecordingReporter, make_spec
 from worker import throughput
 from worker.data import in_row_order, longest_first, row_lengths
 from worker.modeling import head_in_fp32, load_model
 from worker.training import pad_multiple, run_training
 
 BASE = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
-    return result
 
 
 # --- the switch ---------------------------------------------------------------------------------------
