@@ -149,11 +149,6 @@ class Worker:
     def wait_stopping(self, timeout_s: float) -> bool:
         return self._stopping.wait(timeout_s)
 
-    @property
-    def ready(self) -> bool:
-        """Whether the worker reaches its database (False while it waits for it to come back)."""
-        return self._ready
-
     def status(self) -> dict[str, object]:
         """What the health port answers."""
         with self._lock:
