@@ -26,7 +26,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from service.deps import JobDep, SettingsDep, get_database
 from service.job_files import new_log_pieces
-from service.schemas import CheckpointPublic, ErrorResponse, EventPublic, MetricPublic
+from service.schemas import CheckpointPublic, EventPublic, MetricPublic
 from shared import jobs_repo
 from shared.db import Database
 from shared.errors import InvalidRequest
@@ -39,7 +39,6 @@ KEEPALIVE_S = 5.0
 RETRY_MS = 2000  # how long a browser's EventSource waits before it reconnects
 PAGE_ROWS = 1000
 LAST_EVENT_ID = "Last-Event-ID"
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 404, 422)}
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,6 @@ def _resume_from(
     "/{job_id}/stream",
     response_class=EventSourceResponse,
     responses={
-        **_ERRORS,
         200: {"description": "text/event-stream of metric, checkpoint, status, event, log"},
     },
 )
