@@ -9,6 +9,8 @@ import itertools
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import datasets
 import numpy as np
@@ -229,6 +231,15 @@ def test_pads_to_a_multiple_of_8_only_on_cuda() -> None:
     from accelerate import Accelerator
 
     assert pad_multiple(Accelerator(mixed_precision="bf16", cpu=True)) is None
+
+    # A CUDA accelerator cannot be made on a machine without a GPU: a stand-in with the two things
+    # pad_multiple reads (its precision, its device) plays one.
+    def on_cuda(mixed_precision: str) -> Any:
+        return SimpleNamespace(mixed_precision=mixed_precision, device=torch.device("cuda", 0))
+
+    assert pad_multiple(on_cuda("bf16")) == 8
+    assert pad_multiple(on_cuda("fp16")) == 8
+    assert pad_multiple(on_cuda("no")) is None  # fp32 matmuls gain nothing from it
 
 
 def test_head_runs_in_fp32_under_autocast(train_settings: Settings) -> None:
