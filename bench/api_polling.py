@@ -21,12 +21,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,32 +34,36 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import QUIET_API, bench_settings, percentile, run_folder  # noqa: E402
+from gluejobs.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
-from shared.jobs_repo import MetricRow  # noqa: E402
+from shared.jobs_repo import Claim, MetricRow  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
+from shared.models import JobStatus  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 CLIENTS = 50
 CROWD_SECONDS = 10.0
 WRITE_INTERVAL_S = 0.1
+# The benchmark's jobs are claimed by no real worker: a lease that outlasts the run.
+LEASE_S = 24 * 3600.0
 
 
-def fill(db: Database, rows: int) -> int:
+def fill(db: Database, rows: int) -> Claim:
+    """A running job with `rows` metric rows; its claim (every write of a job's rows carries one)."""
     with db.session() as session:
-        job = jobs_repo.create_job(session, spec=SPEC)
+        jobs_repo.create_job(session, spec=SPEC)
+        job = jobs_repo.claim_next(session, worker_id="bench", lease_s=LEASE_S)
+        assert job is not None
+        claim = Claim(job.id, "bench", job.attempts)
         for start in range(0, rows, 5000):
             batch = [
                 MetricRow(epoch=s / 1000, step=s, split="train", name="loss", value=1.0 / (s + 1))
                 for s in range(start, min(rows, start + 5000))
             ]
-            jobs_repo.add_metrics(session, job_id=job.id, rows=batch)
-    return job.id
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 2)
+            jobs_repo.add_metrics(session, job_id=job.id, rows=batch, claim=claim)
+    return claim
 
 
 def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], repeat: int) -> float:
@@ -110,8 +110,9 @@ async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -
 
 
 async def streams(
-    base: str, db: Database, job_id: int, resume_from: str, server: psutil.Process
+    base: str, db: Database, claim: Claim, resume_from: str, server: psutil.Process
 ) -> dict[str, Any]:
+    job_id = claim.job_id
     committed: dict[int, float] = {}  # step → when its row was committed
     lags: list[float] = []
     ready = asyncio.Event()
@@ -144,6 +145,7 @@ async def streams(
                     session,
                     job_id=job_id,
                     rows=[MetricRow(epoch=1.0, step=step, split="train", name="loss", value=0.5)],
+                    claim=claim,
                 )
             committed[step] = time.time()
             step += 1
@@ -169,7 +171,7 @@ async def streams(
         cpu = sum(server.cpu_times()[:2]) - cpu_before
         # End the job: every stream then closes by itself.
         with db.session() as session:
-            jobs_repo.request_cancel(session, job_id=job_id)
+            jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         await asyncio.wait_for(asyncio.gather(*listeners), 30)
     return {
         "streams": CLIENTS,
@@ -185,35 +187,6 @@ async def streams(
 # --- the API as a process of its own ----------------------------------------------------------------
 
 
-def start_api(database_url: str, root: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "GLUEJOBS_DATABASE_URL": database_url,
-        "GLUEJOBS_ARTIFACTS_DIR": str(root),
-        "GLUEJOBS_DATA_DIR": str(root),
-        "GLUEJOBS_MODELS_DIR": str(root),
-        "GLUEJOBS_CACHE_DIR": str(root),
-        "PYTHONPATH": str(REPO),
-    }
-    command = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--port", str(port)]
-    process = subprocess.Popen([*command, "--log-level", "warning"], cwd=REPO, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("the API did not start")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -223,42 +196,47 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="gluejobs-poll-"))
-    database_url = args.database_url or f"sqlite:///{root / 'gluejobs.db'}"
-    db = Database(database_url)
-    upgrade(db)
-    small, large = fill(db, 10), fill(db, args.rows)
-    port = free_port()
-    api = start_api(database_url, root, port)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
-        with httpx.Client(base_url=base, timeout=30) as client:
-            for label, job_id, rows in (("10_rows", small, 10), (f"{args.rows}_rows", large, args.rows)):
-                first_id = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1}).json()["data"][0][
-                    "id"
-                ]
-                cursor = first_id + rows - 10  # a poller that has seen all but the newest ten rows
-                figures[f"job_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}", {}, args.repeat)
-                figures[f"metrics_after_ms_{label}"] = median_ms(
-                    client, f"/v1/jobs/{job_id}/metrics", {"after": cursor, "limit": 1000}, args.repeat
+    with run_folder("gluejobs-poll-") as root:
+        settings = bench_settings(root, database_url=args.database_url)
+        db = Database(settings.database_url)
+        upgrade(db)
+        try:
+            small_claim, large_claim = fill(db, 10), fill(db, args.rows)
+            with local_stack(
+                settings, logs=root / "logs", workers=0, migrate=False, api_command=QUIET_API
+            ) as stack:
+                assert stack.api is not None
+                figures = measure(
+                    stack.url, db, psutil.Process(stack.api.pid), small_claim, large_claim, args
                 )
-                figures[f"events_ms_{label}"] = median_ms(
-                    client, f"/v1/jobs/{job_id}/events", {}, args.repeat
-                )
-            last_metric = first_id + args.rows - 1
-            last_event = client.get(f"/v1/jobs/{large}/events").json()["data"][-1]["id"]
-        server = psutil.Process(api.pid)
-        figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
-        figures.update(asyncio.run(pollers(base, large, last_metric - 10, server)))
-        figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
-        print(json.dumps(figures))
-    finally:
-        api.terminate()
-        api.wait(30)
-        db.dispose()
-        shutil.rmtree(root, ignore_errors=True)
+        finally:
+            db.dispose()
+    print(json.dumps(figures))
     return 0
+
+
+def measure(
+    base: str, db: Database, server: psutil.Process, small: Claim, large: Claim, args: argparse.Namespace
+) -> dict[str, object]:
+    figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for label, job_id, rows in (
+            ("10_rows", small.job_id, 10),
+            (f"{args.rows}_rows", large.job_id, args.rows),
+        ):
+            first_id = client.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 1}).json()["data"][0]["id"]
+            cursor = first_id + rows - 10  # a poller that has seen all but the newest ten rows
+            figures[f"job_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}", {}, args.repeat)
+            figures[f"metrics_after_ms_{label}"] = median_ms(
+                client, f"/v1/jobs/{job_id}/metrics", {"after": cursor, "limit": 1000}, args.repeat
+            )
+            figures[f"events_ms_{label}"] = median_ms(client, f"/v1/jobs/{job_id}/events", {}, args.repeat)
+        last_metric = first_id + args.rows - 1
+        last_event = client.get(f"/v1/jobs/{large.job_id}/events").json()["data"][-1]["id"]
+    figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
+    figures.update(asyncio.run(pollers(base, large.job_id, last_metric - 10, server)))
+    figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
+    return figures
 
 
 if __name__ == "__main__":

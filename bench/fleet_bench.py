@@ -23,10 +23,8 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,8 @@ from sqlalchemy import create_engine, func, make_url, select, text
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.api_polling import free_port, percentile, start_api  # noqa: E402
+from bench.harness import QUIET_API, bench_settings, percentile, run_folder  # noqa: E402
+from gluejobs.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database, read  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
@@ -56,33 +55,6 @@ def queue(db: Database, jobs: int) -> list[int]:
     return ids
 
 
-def start_workers(count: int, database_url: str, root: Path) -> list[tuple[subprocess.Popen[bytes], Path]]:
-    env = {
-        **os.environ,
-        "GLUEJOBS_DATABASE_URL": database_url,
-        "GLUEJOBS_ARTIFACTS_DIR": str(root / "artifacts"),
-        "GLUEJOBS_DATA_DIR": str(root),
-        "GLUEJOBS_MODELS_DIR": str(root),
-        "GLUEJOBS_CACHE_DIR": str(root / "cache"),
-        "GLUEJOBS_DEVICE_LOCK_DIR": str(root / "locks"),
-        "GLUEJOBS_POLL_INTERVAL_S": "0.2",
-        "GLUEJOBS_HEARTBEAT_S": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    workers = []
-    for index in range(count):
-        log = root / f"worker-{index}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "worker", "--exit-when-idle", "--devices", "cpu"],
-            cwd=REPO,
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        workers.append((process, log))
-    return workers
-
-
 async def poll_jobs(base: str, ids: list[int], done: asyncio.Event) -> list[float]:
     latencies: list[float] = []
 
@@ -98,12 +70,10 @@ async def poll_jobs(base: str, ids: list[int], done: asyncio.Event) -> list[floa
     return latencies
 
 
-async def drain(
-    base: str, ids: list[int], workers: list[tuple[subprocess.Popen[bytes], Path]]
-) -> list[float]:
+async def drain(base: str, ids: list[int], workers: list[subprocess.Popen[bytes]]) -> list[float]:
     done = asyncio.Event()
     poller = asyncio.create_task(poll_jobs(base, ids, done))
-    while any(p.poll() is None for p, _ in workers):
+    while any(p.poll() is None for p in workers):
         await asyncio.sleep(0.2)
     done.set()
     return await poller
@@ -129,73 +99,99 @@ def main() -> int:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     database_url = make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
-    root = Path(tempfile.mkdtemp(prefix="gluejobs-fleet-"))
     db = Database(database_url)
-    api = None
     try:
-        upgrade(db)
-        ids = queue(db, args.jobs)
-        port = free_port()
-        api = start_api(database_url, root, port)
-        load_before = os.getloadavg()
-        started = time.perf_counter()
-        workers = start_workers(args.workers, database_url, root)
-        latencies = asyncio.run(drain(f"http://127.0.0.1:{port}", ids, workers))
-        elapsed = time.perf_counter() - started
-        load_after = os.getloadavg()
-        exit_codes = [p.returncode for p, _ in workers]
-
-        claims_ms = [float(m.group(3)) for _, log in workers for m in CLAIM_LINE.finditer(log.read_text())]
-        with db.session() as session, read(session):
-            statuses = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
-            first, last = session.execute(select(func.min(Job.started_at), func.max(Job.started_at))).one()
-            claims_per_job = session.execute(
-                select(JobEvent.job_id, func.count())
-                .where(JobEvent.message.like("claimed by worker%"))
-                .group_by(JobEvent.job_id)
-            ).all()
-            retried = session.scalar(select(func.count()).select_from(Job).where(Job.attempts > 1))
-            twice = [job_id for job_id, count in claims_per_job if count > 1][:3]
-            evidence = {
-                job_id: session.scalars(
-                    select(JobEvent.message).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
-                ).all()
-                for job_id in twice
-            }
-        double = sum(1 for _, count in claims_per_job if count > 1) + (retried or 0)
-        span_s = (last - first).total_seconds() if first and last else 0.0
-        figures: dict[str, Any] = {
-            "benchmark": "fleet-drain",
-            "database": "postgresql",
-            "jobs": args.jobs,
-            "workers": args.workers,
-            "succeeded": statuses.get(JobStatus.succeeded, 0),
-            "other_statuses": {str(k): v for k, v in statuses.items() if k != JobStatus.succeeded},
-            "drain_s": round(elapsed, 1),
-            "claims_per_s": round(len(claims_per_job) / span_s, 1) if span_s else None,
-            "claim_p50_ms": percentile(claims_ms, 0.50) if claims_ms else None,
-            "claim_p99_ms": percentile(claims_ms, 0.99) if claims_ms else None,
-            "double_claims": double,
-            "double_claim_events": {str(k): [m[:160] for m in v] for k, v in evidence.items()},
-            "api_get_job_requests": len(latencies),
-            "api_get_job_p50_ms": percentile(latencies, 0.50) if latencies else None,
-            "api_get_job_p99_ms": percentile(latencies, 0.99) if latencies else None,
-            "worker_exit_codes": sorted(set(exit_codes)),
-            "load_average_before": [round(x, 1) for x in load_before],
-            "load_average_after": [round(x, 1) for x in load_after],
-            "cpus": os.cpu_count(),
-        }
+        with run_folder("gluejobs-fleet-") as root:
+            settings = bench_settings(
+                root,
+                database_url=database_url,
+                data_dir=root,
+                models_dir=root,
+                device_lock_dir=root / "locks",
+                poll_interval_s=0.2,
+                heartbeat_s=1.0,
+            )
+            upgrade(db)
+            ids = queue(db, args.jobs)
+            with local_stack(
+                settings, logs=root / "api", workers=0, migrate=False, api_command=QUIET_API
+            ) as api:
+                load_before = os.getloadavg()
+                started = time.perf_counter()
+                with local_stack(
+                    settings,
+                    logs=root / "workers",
+                    api=False,
+                    workers=args.workers,
+                    worker_args=("--exit-when-idle", "--devices", "cpu"),
+                    migrate=False,
+                ) as fleet:
+                    latencies = asyncio.run(drain(api.url, ids, fleet.workers))
+                elapsed = time.perf_counter() - started
+                load_after = os.getloadavg()
+            exit_codes = [p.returncode for p in fleet.workers]
+            logs = [fleet.logs / f"worker-{index}.log" for index in range(args.workers)]
+            figures = _figures(db, args, logs, elapsed, latencies, exit_codes, load_before, load_after)
         print(json.dumps(figures))
     finally:
-        if api is not None:
-            api.terminate()
-            api.wait(30)
         db.dispose()
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-        shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def _figures(
+    db: Database,
+    args: argparse.Namespace,
+    logs: list[Path],
+    elapsed: float,
+    latencies: list[float],
+    exit_codes: list[int],
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> dict[str, Any]:
+    claims_ms = [float(m.group(3)) for log in logs for m in CLAIM_LINE.finditer(log.read_text())]
+    with db.session() as session, read(session):
+        statuses = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+        first, last = session.execute(select(func.min(Job.started_at), func.max(Job.started_at))).one()
+        claims_per_job = session.execute(
+            select(JobEvent.job_id, func.count())
+            .where(JobEvent.message.like("claimed by worker%"))
+            .group_by(JobEvent.job_id)
+        ).all()
+        retried = session.scalar(select(func.count()).select_from(Job).where(Job.attempts > 1))
+        twice = [job_id for job_id, count in claims_per_job if count > 1][:3]
+        evidence = {
+            job_id: session.scalars(
+                select(JobEvent.message).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
+            ).all()
+            for job_id in twice
+        }
+    double = sum(1 for _, count in claims_per_job if count > 1) + (retried or 0)
+    span_s = (last - first).total_seconds() if first and last else 0.0
+    figures: dict[str, Any] = {
+        "benchmark": "fleet-drain",
+        "database": "postgresql",
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "succeeded": statuses.get(JobStatus.succeeded, 0),
+        "other_statuses": {str(k): v for k, v in statuses.items() if k != JobStatus.succeeded},
+        "drain_s": round(elapsed, 1),
+        "claims_per_s": round(len(claims_per_job) / span_s, 1) if span_s else None,
+        "claim_p50_ms": percentile(claims_ms, 0.50) if claims_ms else None,
+        "claim_p99_ms": percentile(claims_ms, 0.99) if claims_ms else None,
+        "double_claims": double,
+        "double_claim_events": {str(k): [m[:160] for m in v] for k, v in evidence.items()},
+        "api_get_job_requests": len(latencies),
+        "api_get_job_p50_ms": percentile(latencies, 0.50) if latencies else None,
+        "api_get_job_p99_ms": percentile(latencies, 0.99) if latencies else None,
+        "worker_exit_codes": sorted(set(exit_codes)),
+        "load_average_before": [round(x, 1) for x in load_before],
+        "load_average_after": [round(x, 1) for x in load_after],
+        "cpus": os.cpu_count(),
+    }
+    return figures
 
 
 if __name__ == "__main__":

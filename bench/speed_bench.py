@@ -25,12 +25,8 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,12 +34,11 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-GLUE_DATA = REPO.parent / "shared" / "glue_data"
 sys.path.insert(0, str(REPO))
 
+from bench.harness import bench_settings, load_average, run_folder, run_job  # noqa: E402
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from worker.runner import child_environment  # noqa: E402
+from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 
 # What each mode adds to the base job. "fast" is the spec's own switch: what it sets is in
 # shared/spec.py (FAST_SETTINGS) and in the stored spec the benchmark prints.
@@ -112,54 +107,25 @@ def main() -> int:
         modes = ["fast"]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
 
-    _check_port_free(args.port)  # another API there would take this benchmark's jobs
-    root = Path(tempfile.mkdtemp(prefix="gluejobs-speed-"))
-    settings = Settings(
-        database_url=args.database_url or f"sqlite:///{root / 'gluejobs.db'}",
-        artifacts_dir=root / "artifacts",
-        data_dir=root / "data",
-        glue_dir=GLUE_DATA,
-        models_dir=root / "models",
-        cache_dir=root / "cache",
-        heartbeat_s=5.0,
-        poll_interval_s=0.2,
-    )
-    install_demo_files(settings)
-    if args.gpu_roberta:
-        _install_roberta_base_sized(settings.models_dir)
-    env = child_environment(settings)
-    env["HF_HUB_OFFLINE"] = "1"
-    if args.omp_wait_policy != "inherit":
-        env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
-    logs = root / "logs"
-    logs.mkdir()
-    processes = []
-    print(
-        f"# speed_bench {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: modes {modes}, seeds "
-        f"{seeds}, {args.train_rows} train rows; load average {_load()}; cpus {os.cpu_count()}; "
-        f"OMP_WAIT_POLICY={env.get('OMP_WAIT_POLICY', '(unset)')}",
-        flush=True,
-    )
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "gluejobs.cli", "migrate"],
-            env=env,
-            cwd=REPO,
-            check=True,
-            stdout=subprocess.DEVNULL,
+    with run_folder("gluejobs-speed-", keep=args.keep) as root:
+        settings = bench_settings(root, database_url=args.database_url, poll_interval_s=0.2)
+        install_demo_files(settings)
+        if args.gpu_roberta:
+            _install_roberta_base_sized(settings.models_dir)
+        env = stack_environment(settings, HF_HUB_OFFLINE="1")
+        if args.omp_wait_policy != "inherit":
+            env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+        print(
+            f"# speed_bench {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: modes {modes}, seeds "
+            f"{seeds}, {args.train_rows} train rows; load average {load_average()}; cpus {os.cpu_count()}; "
+            f"OMP_WAIT_POLICY={env.get('OMP_WAIT_POLICY', '(unset)')}",
+            flush=True,
         )
-        processes.append(
-            _start(
-                [sys.executable, "-m", "gluejobs.cli", "serve", "--port", str(args.port)],
-                env,
-                logs / "api.log",
-            )
-        )
-        processes.append(_start([sys.executable, "-m", "gluejobs.cli", "worker"], env, logs / "worker.log"))
-        url = f"http://127.0.0.1:{args.port}"
-        _wait_ready(url)
-        with httpx.Client(base_url=url, timeout=30) as client:
+        with (
+            local_stack(settings, logs=root / "logs", port=args.port, env=env) as stack,
+            httpx.Client(base_url=stack.url, timeout=30) as client,
+        ):
             for seed in seeds:
                 for mode in modes:
                     shutil.rmtree(settings.cache_dir, ignore_errors=True)  # a cold cache, like the script
@@ -167,30 +133,14 @@ def main() -> int:
                     run.update(mode=mode, seed=seed)
                     runs[mode].append(run)
                     print(json.dumps(run), flush=True)
-    finally:
-        for process in processes:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"kept {root}", file=sys.stderr)
-    print(f"# finished {time.strftime('%H:%M:%S UTC', time.gmtime())}; load average {_load()}")
+    print(f"# finished {time.strftime('%H:%M:%S UTC', time.gmtime())}; load average {load_average()}")
     print(table(runs))
     return 0 if all(r.get("status") == "succeeded" for rs in runs.values() for r in rs) else 1
 
 
 def _run_job(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
-    load_before = _load()
-    submitted = time.perf_counter()
-    response = client.post("/v1/jobs", json={"spec": spec})
-    if response.status_code != 201:
-        raise SystemExit(f"the API refused the job ({response.status_code}): {response.text}")
-    job = response.json()
-    while job["status"] not in ("succeeded", "failed", "cancelled"):
-        time.sleep(0.5)
-        job = client.get(f"/v1/jobs/{job['id']}").raise_for_status().json()
-    wall_s = time.perf_counter() - submitted
+    load_before = load_average()
+    job, wall_s = run_job(client, spec)
     if job["status"] != "succeeded":
         return {"status": job["status"], "error": job["error"], "load": load_before}
     result = job["result"]
@@ -204,7 +154,7 @@ def _run_job(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
         peak_flops_source=result.get("peak_flops_source"),
         device=result.get("device"),
         mixed_precision=result.get("mixed_precision"),
-        load=f"{load_before} -> {_load()}",
+        load=f"{load_before} -> {load_average()}",
         spec={
             k: job["spec"][k]
             for k in (
@@ -283,36 +233,6 @@ def _install_roberta_base_sized(models_dir: Path) -> None:
         source = models_dir / MODEL_NAME / name
         if source.exists():
             shutil.copyfile(source, folder / name)
-
-
-def _check_port_free(port: int) -> None:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            raise SystemExit(f"port {port} is taken; pass --port") from None
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        command, env=env, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-def _wait_ready(url: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"the API at {url} did not become ready")
 
 
 if __name__ == "__main__":

@@ -20,30 +20,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-GLUE_DATA = REPO.parent / "shared" / "glue_data"
 sys.path.insert(0, str(REPO))
 
 from sqlalchemy import select  # noqa: E402
 
+from bench.harness import bench_settings, percentile, run_folder  # noqa: E402
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db import Database, read  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
 from shared.models import JobEvent, JobMetric  # noqa: E402
-from worker.runner import child_environment  # noqa: E402
 
 SPEC: dict[str, Any] = {
     "model_name_or_path": MODEL_NAME,
@@ -74,38 +71,35 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="gluejobs-warm-bench-"))
-    settings = Settings(
-        database_url=args.database_url or f"sqlite:///{root / 'gluejobs.db'}",
-        artifacts_dir=root / "artifacts",
-        data_dir=root / "data",
-        glue_dir=GLUE_DATA,
-        models_dir=root / "models",
-        cache_dir=root / "cache",
-        heartbeat_s=2.0,
-        poll_interval_s=0.2,
-        device_lock_dir=root / "locks",
-    )
-    install_demo_files(settings)
-    spec = {**SPEC, "model_name_or_path": MODEL_NAME if args.model == "minilm" else save_tiny_model(settings)}
-    env = {**child_environment(settings), "HF_HUB_OFFLINE": "1"}
-    if args.torch_threads is not None:
-        env["OMP_NUM_THREADS"] = str(args.torch_threads)
-    db = Database(settings.database_url)
-    upgrade(db)
-    report: dict[str, Any] = {
-        "jobs_per_mode": args.jobs,
-        "spec": spec,
-        "torch_threads": args.torch_threads or "default",
-        "cpus": os.cpu_count(),
-    }
-    try:
-        for mode in args.modes.split(","):
-            report[f"warm_start_{mode}"] = run_mode(db, spec, env, root, mode == "on", args.jobs)
-    finally:
-        db.dispose()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+    with run_folder("gluejobs-warm-bench-", keep=args.keep) as root:
+        settings = bench_settings(
+            root,
+            database_url=args.database_url,
+            heartbeat_s=2.0,
+            poll_interval_s=0.2,
+            device_lock_dir=root / "locks",
+        )
+        install_demo_files(settings)
+        model = MODEL_NAME if args.model == "minilm" else save_tiny_model(settings)
+        spec = {**SPEC, "model_name_or_path": model}
+        env = stack_environment(settings, HF_HUB_OFFLINE="1")
+        if args.torch_threads is not None:
+            env["OMP_NUM_THREADS"] = str(args.torch_threads)
+        db = Database(settings.database_url)
+        upgrade(db)
+        report: dict[str, Any] = {
+            "jobs_per_mode": args.jobs,
+            "spec": spec,
+            "torch_threads": args.torch_threads or "default",
+            "cpus": os.cpu_count(),
+        }
+        try:
+            for mode in args.modes.split(","):
+                report[f"warm_start_{mode}"] = run_mode(
+                    settings, db, spec, env, root, mode == "on", args.jobs
+                )
+        finally:
+            db.dispose()
     print(json.dumps(report, indent=2))
     return 0
 
@@ -129,19 +123,20 @@ def save_tiny_model(settings: Settings) -> str:
 
 
 def run_mode(
-    db: Database, spec: dict[str, Any], env: dict[str, str], root: Path, warm: bool, jobs: int
+    settings: Settings,
+    db: Database,
+    spec: dict[str, Any],
+    env: dict[str, str],
+    root: Path,
+    warm: bool,
+    jobs: int,
 ) -> dict[str, Any]:
     env = {**env, "GLUEJOBS_WARM_START": str(warm).lower()}
-    log = root / f"worker-warm-{'on' if warm else 'off'}.log"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "worker", "--slots", "1"],
-        cwd=REPO,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    logs = root / f"logs-warm-{'on' if warm else 'off'}"
+    with local_stack(
+        settings, logs=logs, api=False, worker_args=("--slots", "1"), env=env, migrate=False
+    ) as stack:
+        worker, log = stack.workers[0], logs / "worker-0.log"
         # Not counted: fills the tokenisation cache, starts the worker (and its template).
         drain(db, worker, [submit(db, spec, seed=0)], log)
         load_before = os.getloadavg()
@@ -150,15 +145,12 @@ def run_mode(
         drain(db, worker, ids, log)
         wall_s = time.monotonic() - started
         load_after = os.getloadavg()
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(60)
     timings = [claim_to_first_step(db, job_id) for job_id in ids]
     waits = [t["first step"] for t in timings]
     return {
         "claim_to_first_step_s": {
             "median": round(statistics.median(waits), 3),
-            "p90": round(percentile(waits, 0.9), 3),
+            "p90": percentile(waits, 0.9),
             "min": round(min(waits), 3),
             "max": round(max(waits), 3),
         },
@@ -215,11 +207,6 @@ def claim_to_first_step(db: Database, job_id: int) -> dict[str, float]:
     }
     timings["first step"] = since_claim(first_step)
     return timings
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 if __name__ == "__main__":

@@ -11,13 +11,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
-
 from gluejobs.client import Client
+from gluejobs.stack import StackError, ready, stack_environment, start_api, start_worker, wait_ready
+from gluejobs.watch import watch_job
 from shared.config import DEFAULT_VAR_DIR, Settings, get_settings
 
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
@@ -53,17 +51,19 @@ def demo_spec() -> dict[str, object]:
 
 
 def run_demo(*, port: int) -> int:
-    from gluejobs.cli import watch_job
-
     settings = get_settings()
     install_demo_files(settings)
     url = f"http://127.0.0.1:{port}"
-    api_running = _healthy(url)
+    env = stack_environment(settings)
+    api_running = ready(url)
     if not api_running:
-        _start("api", [sys.executable, "-m", "gluejobs.cli", "serve", "--port", str(port)])
-        _wait_until_ready(url)
+        api = _keep("api", start_api(env, port=port, log=_log("api")))
+        try:
+            wait_ready(url, process=api, log=LOG_DIR / "api.log", timeout_s=START_TIMEOUT_S)
+        except StackError as exc:
+            raise SystemExit(str(exc)) from exc
     if not _alive("worker"):
-        _start("worker", [sys.executable, "-m", "gluejobs.cli", "worker"])
+        _keep("worker", start_worker(env, log=_log("worker")))
     print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
     with Client(url) as client:
         job = client.jobs.create(demo_spec(), metadata={"source": "gluejobs demo"})
@@ -114,15 +114,16 @@ def stop_demo() -> int:
     return 0
 
 
-def _start(name: str, command: list[str]) -> None:
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
+def _log(name: str) -> Path:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = (LOG_DIR / f"{name}.log").open("ab")
-    # A session of its own: the process outlives `make demo`, and a stop reaches its children.
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    return LOG_DIR / f"{name}.log"
+
+
+def _keep(name: str, process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """The process outlives `gluejobs demo` (a session of its own): its pid file lets `--stop` end it."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
     (RUN_DIR / f"{name}.pid").write_text(str(process.pid))
+    return process
 
 
 def _pid(name: str) -> int | None:
@@ -141,26 +142,6 @@ def _alive(name: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _wait_until_ready(url: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if _healthy(url):
-            return
-        if not _alive("api"):
-            raise SystemExit(f"the API did not start; see {LOG_DIR / 'api.log'}")
-        time.sleep(0.5)
-    raise SystemExit(
-        f"the API did not answer at {url} within {START_TIMEOUT_S:.0f}s; see {LOG_DIR / 'api.log'}"
-    )
 
 
 def _rows(name: str) -> int:

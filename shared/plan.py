@@ -2,8 +2,8 @@
 
 Torch-free. The data checks are shared/data_checks.py's (the same ones a real submission runs);
 on top of them the plan holds:
-- the schedule: run_glue_no_trainer.py's arithmetic, as the training loop does it (batches sharded
-  over the processes by `accelerator.prepare`, then divided by gradient accumulation);
+- the schedule: run_glue_no_trainer.py's arithmetic, computed by the training loop's own code
+  (shared/schedule.py) on the batches `accelerator.prepare` would give each process;
 - tokenised lengths, measured with the `tokenizers` library from the model folder's
   tokenizer.json (what the worker's fast tokenizer runs), and the padding that dynamic padding,
   group_by_length and pad_to_max_length would cost, simulated over one epoch's batches;
@@ -23,6 +23,7 @@ from shared.data_checks import DataReport, read_and_check
 from shared.data_files import JobData, Split
 from shared.data_scope import DataScope
 from shared.model_files import count, local_model_folder, read_config, safetensors_shapes
+from shared.schedule import spec_schedule
 from shared.spec import JobSpec
 
 # Tokenising is the plan's one cost that grows with the data, and it runs inside the API: measure at
@@ -81,10 +82,9 @@ def training_schedule(spec: JobSpec, train_rows: int | None, eval_rows: dict[str
     batches = math.ceil(train_rows / spec.per_device_train_batch_size)
     # accelerate's sharded loader: each process gets every n-th batch, the last ones evened out.
     batches_per_process = math.ceil(batches / processes)
-    steps_per_epoch = math.ceil(batches_per_process / spec.gradient_accumulation_steps)
-    total = spec.max_train_steps or spec.num_train_epochs * steps_per_epoch
-    epochs = math.ceil(total / steps_per_epoch)
-    warmup = spec.num_warmup_steps or math.ceil(spec.warmup_ratio * total)
+    schedule = spec_schedule(spec, batches_per_process)  # the loop's own arithmetic
+    steps_per_epoch, total = schedule.steps_per_epoch, schedule.max_train_steps
+    epochs, warmup = schedule.num_epochs, schedule.warmup_steps
     evaluations = _steps_at(spec.eval_strategy, spec.eval_steps, total, steps_per_epoch, epochs, final=True)
     if not evaluations and spec.evaluates:
         evaluations = [total]  # do_eval without an eval_strategy: once, on the final weights

@@ -17,7 +17,6 @@ from shared.models import Job, JobStatus
 from shared.tasks import EVAL_SPLIT
 
 ABSOLUTE_TOLERANCE = 1e-6
-_POSITION_KEYS = ("step", "epoch")
 
 
 def compare_runs(original: Job, rerun: Job) -> dict[str, Any]:

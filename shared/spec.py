@@ -528,10 +528,6 @@ class JobSpec(BaseModel):
         return bool(self.do_eval) or self.eval_strategy != "no"
 
     @property
-    def clips_gradients(self) -> bool:
-        return bool(self.max_grad_norm)
-
-    @property
     def trackers(self) -> list[str]:
         """The trackers the run reports to: report_to, else with_tracking's "all" (the script's default)."""
         if self.report_to is not None:

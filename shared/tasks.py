@@ -46,11 +46,6 @@ class GlueTask:
         return metric_rules.task_plan(self.name).glue_names
 
     @property
-    def metric_names(self) -> tuple[str, ...]:
-        """What an evaluation reports: the GLUE metric's names plus combined_score where there are two."""
-        return metric_rules.task_plan(self.name).names
-
-    @property
     def main_metric(self) -> str:
         """The metric the GLUE leaderboard ranks this task by."""
         return metric_rules.task_plan(self.name).main

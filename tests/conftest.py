@@ -20,18 +20,8 @@ from sqlalchemy.engine import Engine, make_url
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
-
-REPO = Path(__file__).resolve().parent.parent
-# The kit beside the repository (CI has it at the same relative path).
-GLUE_DATA = REPO.parent / "shared" / "glue_data"
-POSTGRES_URL = os.environ.get(
-    "GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-SKIP_POSTGRES = os.environ.get("GLUEJOBS_TEST_SKIP_POSTGRES") == "1"
-TINY_MODEL = "tiny-bert"
-# Tiny models of the families microsoft/LoRA's GLUE configs fine-tune (roberta-base, deberta-v2-xxlarge).
-TINY_ROBERTA = "tiny-roberta"
-TINY_DEBERTA_V2 = "tiny-deberta-v2"
+from tests.kit import GLUE_DATA, POSTGRES_URL, SKIP_POSTGRES, TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA
+from tests.runs import reset_accelerate_state
 
 _db_counter = itertools.count()
 
@@ -208,3 +198,22 @@ def settings_factory(tmp_path: Path, models_dir: Path, glue_data: Path):  # type
 def settings(settings_factory, db_url: str) -> Settings:  # type: ignore[no-untyped-def]
     result: Settings = settings_factory(db_url)
     return result
+
+
+@pytest.fixture
+def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
+    """Settings for a training run without a database (worker.training is DB-free)."""
+    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training in the test process
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state() -> Iterator[None]:
+    """Accelerate keeps one state per process (a job's child runs one job); tests run many."""
+    yield
+    reset_accelerate_state()

@@ -1,13 +1,40 @@
-"""Reading the database directly in tests, to check what the code stored (or did not)."""
+"""Reading the database directly in tests, to check what the code stored (or did not), and
+claiming a job as a worker would, to write to it as its process does."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import Any
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from shared import jobs_repo
 from shared.db import Database
-from shared.models import Base
+from shared.jobs_repo import Claim
+from shared.models import Base, Job
 
 
 def count_rows(db: Database, model: type[Base]) -> int:
     with db.engine.connect() as connection:
         return int(connection.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def assert_refused(client: Any, db: Database, spec: dict[str, Any], field: str, message: str) -> None:
+    """POST /v1/jobs with `spec` is refused (422) naming `field`, its message says `message`, and
+    nothing is stored."""
+    response = client.post("/v1/jobs", json={"spec": spec})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["field"], message in error["message"]) == (field, True), error
+    assert count_rows(db, Job) == 0
+
+
+def claimed(
+    session: Session, job_id: int | None = None, *, worker_id: str = "w", lease_s: float = 60
+) -> Claim:
+    """Claim the next queued job as worker `worker_id` (with `job_id`: it must be that one); the
+    claim its process would carry. Every write a job's process makes is fenced by one."""
+    job = jobs_repo.claim_next(session, worker_id=worker_id, lease_s=lease_s)
+    assert job is not None, "no job to claim"
+    assert job_id is None or job.id == job_id, f"claimed job {job.id}, not job {job_id}"
+    return Claim(job.id, worker_id, job.attempts)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,20 +15,15 @@ from typing import Any
 import httpx
 import uvicorn
 
+from gluejobs import stack
+from gluejobs.stack import free_port, stack_environment
 from service.main import create_app
 from shared.config import Settings
-from worker.runner import child_environment
 
 REPO = Path(__file__).resolve().parent.parent
 # Starlette's TestClient names its server "testserver", a Host the API refuses (DNS rebinding): the
 # in-process clients address it as a loopback address does.
 LOOPBACK_URL = "http://127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -56,22 +49,12 @@ def live_api(settings: Settings) -> Iterator[httpx.Client]:
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    env = child_environment(settings)
-    env["HF_HUB_OFFLINE"] = "1"  # no Hub here: fail at once instead of retrying
-    env["HF_DATASETS_OFFLINE"] = "1"
-    return env
+    # No Hub here: fail at once instead of retrying.
+    return stack_environment(settings, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 
 def start_worker(settings: Settings, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
-    out = log.open("ab") if log else subprocess.DEVNULL
-    return subprocess.Popen(
-        [sys.executable, "-m", "worker", *args],
-        cwd=REPO,
-        env=worker_env(settings),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    return stack.start_worker(worker_env(settings), *args, log=log)
 
 
 def run_worker_until_idle(settings: Settings, log: Path, *args: str, timeout_s: float = 600) -> None:
@@ -124,32 +107,20 @@ def api_process(
     """The API as `python -m service` (what `gluejobs serve` runs) in a process of its own, with the
     settings in its environment: a client for it, and the process (to read its memory)."""
     port = free_port()
-    out = log.open("ab") if log else subprocess.DEVNULL
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), *args],
-        cwd=REPO,
-        env=child_environment(settings),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = stack.start_api(stack_environment(settings), port=port, log=log, args=args)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-
-            def up() -> bool:
-                if process.poll() is not None:
-                    raise AssertionError(f"the API exited with status {process.returncode}")
-                try:
-                    return client.get("/healthz").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(up, timeout_s=60, interval_s=0.1)
+        url = f"http://127.0.0.1:{port}"
+        stack.wait_ready(url, process=process, log=log, path="/healthz")
+        with httpx.Client(base_url=url, timeout=30) as client:
             yield client, process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stack.stop(process, grace_s=10)
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (an orphan's new parent may reap it late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -14,6 +14,7 @@ from shared.config import Settings
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import JobStatus
+from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc"}
@@ -111,14 +112,13 @@ def test_cancel_queued_running_and_finished_jobs(client: TestClient, db: Databas
     queued = submit(client)
     running = submit(client)
     with db.session() as session:
-        claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
-        assert claimed is not None and claimed.id == queued["id"]  # oldest first
+        claim = claimed(session, queued["id"])  # oldest first
         jobs_repo.claim_next(session, worker_id="w", lease_s=60)
 
     first = client.post(f"/v1/jobs/{queued['id']}/cancel")
     assert first.status_code == 202 and first.json()["status"] == "cancelling"
     with db.session() as session:
-        jobs_repo.finish_job(session, job_id=queued["id"], worker_id="w", status=JobStatus.cancelled)
+        jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
 
     finished = client.post(f"/v1/jobs/{queued['id']}/cancel")
     third = submit(client)
@@ -137,6 +137,7 @@ def test_metrics_poll_with_a_cursor_and_filters(client: TestClient, db: Database
     with db.session() as session:
         jobs_repo.add_metrics(
             session,
+            claim=claimed(session, job["id"]),
             job_id=job["id"],
             rows=[
                 MetricRow(0.5, 10, "train", "loss", 0.69),
@@ -166,6 +167,7 @@ def test_metrics_poll_with_a_cursor_and_filters(client: TestClient, db: Database
 def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
     job = submit(client)
     with db.session() as session:
+        claim = claimed(session, job["id"])
         jobs_repo.add_checkpoint(
             session,
             job_id=job["id"],
@@ -174,8 +176,9 @@ def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
             path="/a/checkpoint-46",
             metrics={"accuracy": 0.7},
             is_best=True,
+            claim=claim,
         )
-        jobs_repo.add_event(session, job_id=job["id"], message="hello")
+        jobs_repo.add_event(session, job_id=job["id"], message="hello", claim=claim)
 
     checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     events = client.get(f"/v1/jobs/{job['id']}/events").json()
@@ -194,10 +197,15 @@ def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
     # A checkpoint is also an event, so the live stream and the event cursor carry it in order.
     assert [(e["kind"], e["message"]) for e in events["data"]] == [
         ("state", "job queued"),
+        ("state", "claimed by worker w (attempt 1 of 3)"),
         ("checkpoint", "checkpoint at step 46 (best so far)"),
         ("log", "hello"),
     ]
-    assert [e["message"] for e in later["data"]] == ["checkpoint at step 46 (best so far)", "hello"]
+    assert [e["message"] for e in later["data"]] == [
+        "claimed by worker w (attempt 1 of 3)",
+        "checkpoint at step 46 (best so far)",
+        "hello",
+    ]
 
 
 def test_metric_polling_is_an_index_range_scan(db: Database) -> None:

@@ -13,7 +13,7 @@ from service.main import create_app
 from shared.config import Settings
 from shared.db import Database
 from shared.models import Job
-from tests.dbutil import count_rows
+from tests.dbutil import assert_refused, count_rows
 from tests.e2e import LOOPBACK_URL
 
 GOOD = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
@@ -184,13 +184,7 @@ def client(settings: Settings, tmp_path: Path, db: Database) -> TestClient:
 def test_bad_spec_is_refused_and_not_stored(
     client: TestClient, db: Database, body_spec: dict[str, Any], field: str, message: str
 ) -> None:
-    response = client.post("/v1/jobs", json={"spec": body_spec})
-
-    assert response.status_code == 422, response.text
-    error = response.json()["error"]
-    assert error["field"] == field
-    assert message in error["message"]
-    assert count_rows(db, Job) == 0
+    assert_refused(client, db, body_spec, field, message)
 
 
 @pytest.mark.parametrize(

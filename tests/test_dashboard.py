@@ -19,6 +19,7 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import JobStatus
+from tests.dbutil import claimed
 from tests.e2e import get, live_api, start_worker, submit
 from tests.observe_helpers import TINY_SPEC, observe_settings
 
@@ -210,14 +211,13 @@ def test_the_dashboard_shows_a_sweep_as_a_table_of_medians_and_spreads(
         sweep = created.json()
         for job_id, accuracy in zip(sweep["job_ids"], accuracies, strict=False):
             with db.session() as session:
-                claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
-                assert claimed is not None and claimed.id == job_id
+                claim = claimed(session, job_id)
                 rows = [
                     MetricRow(1.0, 5, "eval", "accuracy", accuracy),
                     MetricRow(1.0, 5, "eval", "loss", 0.5),
                 ]
-                jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric="accuracy")
-                jobs_repo.finish_job(session, job_id=job_id, worker_id="w", status=JobStatus.succeeded)
+                jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric="accuracy", claim=claim)
+                jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         errors = console_errors(page)
         try:

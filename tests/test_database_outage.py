@@ -22,8 +22,8 @@ from sqlalchemy import create_engine, make_url, text
 
 from shared import jobs_repo
 from shared.db import Database
-from tests.conftest import POSTGRES_URL
 from tests.e2e import api_process, wait_for
+from tests.kit import POSTGRES_URL
 from tests.observe_helpers import read_sse
 
 OUTAGE_S = 5.0

@@ -17,6 +17,7 @@ import pytest
 
 from shared.config import Settings
 from tests.e2e import REPO, all_metrics, get, live_api, run_worker_until_idle, start_worker, submit, wait_for
+from tests.kit import write_mnli
 
 TINY = "tiny-bert"
 SMALL = {
@@ -29,37 +30,6 @@ SMALL = {
     "logging_steps": 2,
     "seed": 11,
 }
-
-MNLI_HEADER = (
-    "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
-    "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label"
-)
-MNLI_ROWS = [
-    ("A man is playing a guitar on stage.", "A man is performing music.", "entailment"),
-    ("A man is playing a guitar on stage.", "The man is asleep at home.", "contradiction"),
-    ("A man is playing a guitar on stage.", "The man is a famous musician.", "neutral"),
-    ("Two dogs run through the snow.", "Animals are outside.", "entailment"),
-    ("Two dogs run through the snow.", "The dogs are sleeping indoors.", "contradiction"),
-    ("Two dogs run through the snow.", "The dogs belong to a farmer.", "neutral"),
-    ("The committee approved the budget on Monday.", "The budget was approved.", "entailment"),
-    ("The committee approved the budget on Monday.", "The committee rejected the budget.", "contradiction"),
-    ("The committee approved the budget on Monday.", "The vote was unanimous.", "neutral"),
-    ("A child is reading a book in the library.", "A kid is reading.", "entailment"),
-    ("A child is reading a book in the library.", "The child is swimming.", "contradiction"),
-    ("A child is reading a book in the library.", "The book is about dinosaurs.", "neutral"),
-]
-
-
-def write_mnli(folder: Path, genre: str = "fiction") -> None:
-    folder.mkdir(parents=True)
-    for name, repeat in (("train.tsv", 4), ("dev_matched.tsv", 1), ("dev_mismatched.tsv", 1)):
-        lines = [MNLI_HEADER]
-        for i, (premise, hypothesis, label) in enumerate(MNLI_ROWS * repeat):
-            lines.append(
-                f"{i}\t{i}\t{i}{label[0]}\t{genre}\t( x )\t( y )\t(ROOT x)\t(ROOT y)\t"
-                f"{premise}\t{hypothesis}\t{label}\t{label}"
-            )
-        (folder / name).write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture

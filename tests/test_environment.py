@@ -15,7 +15,7 @@ import torch
 
 from shared.config import Settings
 from shared.spec import JobSpec
-from tests.conftest import REPO
+from tests.kit import REPO
 from worker.environment import collect_environment, sha256_of
 
 

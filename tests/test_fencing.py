@@ -23,7 +23,8 @@ from shared.db import Database, read
 from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
-from tests.e2e import LOOPBACK_URL
+from tests.dbutil import claimed
+from tests.e2e import LOOPBACK_URL, running
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
@@ -33,9 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _claimed(db: Database, worker_id: str = "w1", lease_s: float = 60) -> Claim:
     with db.session() as session:
-        job = jobs_repo.claim_next(session, worker_id=worker_id, lease_s=lease_s)
-    assert job is not None
-    return Claim(job_id=job.id, worker_id=worker_id, attempt=job.attempts)
+        return claimed(session, worker_id=worker_id, lease_s=lease_s)
 
 
 def test_a_stale_attempts_writes_are_refused(db: Database) -> None:
@@ -122,9 +121,7 @@ def test_failures_outside_the_job_retry_after_a_backoff_and_the_jobs_own_fail_at
     with db.session() as session:
         status = jobs_repo.fail_job(
             session,
-            job_id=retried,
-            worker_id="w1",
-            attempt=1,
+            claim=claim,
             error_code=ErrorCode.killed,
             error="the job's process was killed by SIGKILL",
             retry_base_s=0.8,
@@ -138,9 +135,7 @@ def test_failures_outside_the_job_retry_after_a_backoff_and_the_jobs_own_fail_at
         assert other is not None and other.id != retried
         bad = jobs_repo.fail_job(
             session,
-            job_id=other.id,
-            worker_id="w2",
-            attempt=1,
+            claim=Claim(other.id, "w2", 1),
             error_code=ErrorCode.invalid_data,
             error="labels that do not fit",
             retry_base_s=0.8,
@@ -289,11 +284,11 @@ def test_a_job_process_exits_when_its_worker_dies_even_through_an_intermediate(t
             assert time.monotonic() < deadline, "the job process did not start"
             time.sleep(0.1)
         job_pid = int(pid_file.read_text())
-        assert _running(job_pid)
+        assert running(job_pid)
         os.kill(worker.pid, signal.SIGKILL)  # the worker only: not its group, not the job
         worker.wait(10)
         killed_at = time.monotonic()
-        while _running(job_pid):
+        while running(job_pid):
             assert time.monotonic() - killed_at < 5, "the orphaned job process kept running"
             time.sleep(0.05)
     finally:
@@ -317,15 +312,6 @@ def test_the_orphan_exit_status(tmp_path: Path) -> None:
         timeout=30,
     )
     assert child.returncode == ORPHANED_EXIT
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (an orphan's new parent may reap it late)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_thread_safety_of_the_reporter_queue_under_many_producers(db: Database) -> None:

@@ -31,17 +31,18 @@ from sqlalchemy import create_engine, make_url, select, text
 from shared.config import Settings
 from shared.db import Database, read
 from shared.models import JobEvent, JobMetric
-from tests.conftest import POSTGRES_URL
 from tests.e2e import (
     all_metrics,
     free_port,
     get,
     live_api,
     run_worker_until_idle,
+    running,
     start_worker,
     submit,
     wait_for,
 )
+from tests.kit import POSTGRES_URL
 
 TINY = "tiny-bert"
 STEPS = 30  # 480 rows / batch 16
@@ -72,15 +73,6 @@ def _session(pid: int) -> int | None:
             return int(stat.read().rsplit(")", 1)[1].split()[3])  # state ppid pgrp session
     except (FileNotFoundError, IndexError, ValueError):
         return None
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (an orphan's new parent may reap it late)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def rows_by_attempt(settings: Settings, job_id: int) -> list[tuple[str, str, int, int | None, datetime]]:

@@ -12,9 +12,9 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from shared.metric_rules import possible_metrics
+from shared.metric_rules import metric_plan, possible_metrics, task_plan
 from shared.tasks import TASKS
-from worker.glue_metric import GLUE_MODULE, compute_metrics, glue_module
+from worker.glue_metric import GLUE_MODULE, compute_plan, glue_module
 
 RNG = np.random.default_rng(0)
 CLASS_PREDS = RNG.integers(0, 2, size=200)
@@ -32,7 +32,15 @@ def no_warnings() -> Iterator[None]:
 
 
 def metrics_for(task_name: str, preds: np.ndarray, refs: np.ndarray) -> dict[str, float]:
-    return compute_metrics(task_name, preds, refs, is_regression=TASKS[task_name].is_regression)
+    """A GLUE task's evaluation, scored as the training loop scores it."""
+    task = TASKS[task_name]
+    plan = metric_plan(task_name, is_regression=task.is_regression, num_labels=task.num_labels)
+    return compute_plan(plan, preds, refs)
+
+
+def own_files(preds: np.ndarray, refs: np.ndarray, *, num_labels: int) -> dict[str, float]:
+    """A job on its own files, scored as the training loop scores it (num_labels 1: scores)."""
+    return compute_plan(metric_plan(None, is_regression=num_labels == 1, num_labels=num_labels), preds, refs)
 
 
 @pytest.mark.parametrize("task_name", list(TASKS))
@@ -42,7 +50,7 @@ def test_each_task_reports_its_metric_names_as_plain_floats(task_name: str) -> N
 
     metrics = metrics_for(task_name, preds, refs)
 
-    assert tuple(metrics) == task.metric_names
+    assert tuple(metrics) == task_plan(task_name).names
     assert all(type(value) is float for value in metrics.values())
 
 
@@ -111,7 +119,7 @@ def test_regression_output_of_shape_n_by_1_is_accepted() -> None:
 def test_jobs_on_their_own_files(is_regression: bool, names: tuple[str, ...]) -> None:
     preds, refs = (SCORES_PREDS, SCORES_REFS) if is_regression else (CLASS_PREDS, CLASS_REFS)
 
-    metrics = compute_metrics(None, preds, refs, is_regression=is_regression)
+    metrics = own_files(preds, refs, num_labels=1 if is_regression else 2)
 
     assert tuple(metrics) == names
     assert set(metrics) <= set(possible_metrics(None))
@@ -119,23 +127,21 @@ def test_jobs_on_their_own_files(is_regression: bool, names: tuple[str, ...]) ->
 
 def test_own_binary_labels_give_f1_and_own_scores_give_mse_by_hand() -> None:
     # The Trainer page's example: two classes, F1 beside accuracy. tp=1, fp=1, fn=1 → F1 = 1/2.
-    binary = compute_metrics(None, np.array([1, 1, 0, 0]), np.array([1, 0, 1, 0]), is_regression=False)
+    binary = own_files(np.array([1, 1, 0, 0]), np.array([1, 0, 1, 0]), num_labels=2)
     assert binary == pytest.approx({"accuracy": 0.5, "f1": 0.5, "combined_score": 0.5})
 
     # Errors 0.5, -1 and 0: mse (0.25 + 1 + 0) / 3; Pearson and Spearman as for STS-B.
-    scores = compute_metrics(None, np.array([1.5, 1.0, 3.0]), np.array([1.0, 2.0, 3.0]), is_regression=True)
+    scores = own_files(np.array([1.5, 1.0, 3.0]), np.array([1.0, 2.0, 3.0]), num_labels=1)
     assert scores["mse"] == pytest.approx(1.25 / 3)
     assert scores["spearmanr"] == pytest.approx(0.5)
     assert scores["combined_score"] == pytest.approx((scores["pearson"] + scores["spearmanr"]) / 2)
 
 
 def test_many_classes_on_own_files() -> None:
-    metrics = compute_metrics(None, np.array([0, 4, 2, 2]), np.array([0, 4, 2, 3]), is_regression=False)
+    metrics = own_files(np.array([0, 4, 2, 2]), np.array([0, 4, 2, 3]), num_labels=5)
 
     assert metrics == {"accuracy": 0.75}
-    assert compute_metrics(None, np.array([0, 1]), np.array([0, 1]), is_regression=False, num_labels=3) == {
-        "accuracy": 1.0
-    }
+    assert own_files(np.array([0, 1]), np.array([0, 1]), num_labels=3) == {"accuracy": 1.0}
 
 
 def test_the_glue_metric_is_a_local_evaluate_module(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,7 +190,7 @@ def test_the_module_agrees_with_evaluates_glue_formulas(config: str) -> None:
 )
 def test_undefined_correlations_score_zero_without_warnings(preds: np.ndarray, refs: np.ndarray) -> None:
     assert metrics_for("stsb", preds, refs) == {"pearson": 0.0, "spearmanr": 0.0, "combined_score": 0.0}
-    assert compute_metrics(None, preds, refs, is_regression=True)["combined_score"] == 0.0
+    assert own_files(preds, refs, num_labels=1)["combined_score"] == 0.0
 
 
 def test_constant_class_predictions_score_zero_without_warnings() -> None:
@@ -208,8 +214,7 @@ def test_bad_input_is_refused(preds: np.ndarray, refs: np.ndarray, message: str)
         metrics_for("sst2", preds, refs)
 
 
-def test_unknown_task_and_wrong_kind_are_refused() -> None:
+def test_an_unknown_task_is_refused() -> None:
+    # (Whether a GLUE task is a regression is the task's own: shared/data_files.py reads it off TASKS.)
     with pytest.raises(ValueError, match="unknown GLUE task"):
-        compute_metrics("squad", CLASS_PREDS, CLASS_REFS, is_regression=False)
-    with pytest.raises(ValueError, match="stsb is a regression task"):
-        compute_metrics("stsb", CLASS_PREDS, CLASS_REFS, is_regression=False)
+        metric_plan("squad", is_regression=False, num_labels=2)

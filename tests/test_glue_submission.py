@@ -13,7 +13,7 @@ import io
 import re
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ from shared.db import Database
 from shared.models import JobStatus
 from shared.spec import JobSpec
 from shared.tasks import GLUE_SUBMISSIONS, TASKS
+from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL
+from tests.runs import RecordingReporter, reset_accelerate_state
 from worker.training import run_training
 
 TEST_ROWS = 20
@@ -220,23 +222,6 @@ def build_glue_folder(root: Path, kit: Path) -> dict[str, pd.DataFrame]:
 
 
 @dataclass
-class LogReporter:
-    logs: list[str] = field(default_factory=list)
-
-    def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
-        self.logs.append(message)
-
-    def metrics(self, **_: Any) -> None:
-        pass
-
-    def checkpoint(self, **_: Any) -> None:
-        pass
-
-    def checkpoints_deleted(self, steps: list[int]) -> None:
-        pass
-
-
-@dataclass
 class Predicted:
     glue_dir: Path
     tests: dict[str, pd.DataFrame]
@@ -249,8 +234,6 @@ def predicted(
     tmp_path_factory: pytest.TempPathFactory, glue_data: Path, models_dir: Path
 ) -> Iterator[Predicted]:
     """Every task trained for two steps on the tiny model, with do_predict."""
-    from accelerate.state import AcceleratorState, GradientState
-
     root = tmp_path_factory.mktemp("submission")
     glue = root / "glue"
     tests = build_glue_folder(glue, glue_data)
@@ -271,11 +254,10 @@ def predicted(
             seed=3,
         )
         outputs[task] = root / "jobs" / task
-        reporter = LogReporter()
+        reporter = RecordingReporter()
         run_training(spec, settings, output_dir=outputs[task], reporter=reporter)
         logs[task] = reporter.logs
-        AcceleratorState._reset_state(reset_partial_state=True)  # one Accelerator per process, as in a child
-        GradientState._reset_state()
+        reset_accelerate_state()  # one Accelerator per process, as in a child
     yield Predicted(glue, tests, outputs, logs)
 
 
@@ -378,10 +360,9 @@ def finished_job(db: Database, task: str, output_dir: Path, *, do_predict: bool 
             session,
             spec={"model_name_or_path": "tiny-bert", "task_name": task, "do_predict": do_predict, "seed": 3},
         )
-        claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
-        assert claimed is not None and claimed.id == job.id
-        jobs_repo.set_output_dir(session, job_id=job.id, worker_id="w", output_dir=str(output_dir))
-        jobs_repo.finish_job(session, job_id=job.id, worker_id="w", status=JobStatus.succeeded)
+        claim = claimed(session, job.id)
+        jobs_repo.set_output_dir(session, claim=claim, output_dir=str(output_dir))
+        jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
     return job.id
 
 

@@ -22,6 +22,7 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
     spec = {
         "model_name_or_path": MODEL_NAME,
         "task_name": "sst2",
+        "save_strategy": "no",
         "max_train_samples": 800,
         "num_train_epochs": 2,
         "per_device_train_batch_size": 16,
@@ -31,7 +32,6 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
         "warmup_ratio": 0.1,
         "logging_steps": 10,
         "seed": 42,
-        "save_strategy": "no",
     }
     with live_api(settings) as client:
         job = submit(client, spec)

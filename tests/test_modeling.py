@@ -20,7 +20,7 @@ from transformers import (
     RobertaModel,
 )
 
-from tests.conftest import TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA
+from tests.kit import TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA
 from worker.modeling import ModelError, apply_lora, classifier_dropouts, load_model, parameter_counts
 
 SMALL = {"vocab_size": 100, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2}

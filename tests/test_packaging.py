@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.kit import REPO
 
 
 def stages(dockerfile: str) -> dict[str, list[str]]:

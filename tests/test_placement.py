@@ -22,19 +22,10 @@ from shared.db import Database, read
 from shared.models import Job, JobEvent, JobStatus
 from shared.models import Worker as WorkerRow
 from tests.e2e import start_worker, wait_for
+from tests.kit import QUICK_JOB
 from worker.devices import DeviceError, DeviceLocks, cpu_slots, parse_devices, resolve_devices, visible_gpus
 
-TINY_JOB = {
-    "model_name_or_path": "tiny-bert",
-    "task_name": "sst2",
-    "max_train_samples": 32,
-    "max_eval_samples": 16,
-    "per_device_train_batch_size": 16,
-    "num_train_epochs": 1,
-    "save_strategy": "no",
-    "eval_strategy": "no",
-    "seed": 3,
-}
+TINY_JOB = {**QUICK_JOB, "seed": 3}
 
 
 # --- which devices ------------------------------------------------------------------------------

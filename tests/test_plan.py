@@ -18,6 +18,7 @@ from shared.plan import plan_job
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import LOOPBACK_URL
+from tests.runs import RecordingReporter, make_spec
 
 
 def one_user_scope(settings: Settings) -> DataScope:
@@ -213,56 +214,25 @@ def test_an_api_that_cannot_see_the_data_can_skip_the_checks(settings: Settings,
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def plain_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
-    return result
-
-
-def test_the_schedule_is_what_the_training_loop_does(plain_settings: Settings, tmp_path: Path) -> None:
-    from accelerate.state import AcceleratorState, GradientState
-
-    from tests.test_glue_submission import LogReporter
+def test_the_schedule_is_what_the_training_loop_does(train_settings: Settings, tmp_path: Path) -> None:
     from worker.training import run_training
 
-    spec = JobSpec(
-        model_name_or_path="tiny-bert",
-        task_name="sst2",
+    spec = make_spec(  # SST-2 rows, batches of 8, no checkpoints
         max_train_samples=40,
         max_eval_samples=16,
-        per_device_train_batch_size=8,
         gradient_accumulation_steps=3,
         max_train_steps=3,
         warmup_ratio=0.5,
         eval_strategy="epoch",
-        save_strategy="no",
         seed=2,
     )
-    plan = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["schedule"]
+    plan = plan_job(spec, train_settings, scope=one_user_scope(train_settings))["schedule"]
 
-    class Recorder(LogReporter):
-        def __init__(self) -> None:
-            super().__init__()
-            self.data: list[dict[str, Any]] = []
-            self.eval_steps: list[int] = []
-
-        def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
-            super().log(message)
-            self.data.append(data or {})
-
-        def metrics(self, *, step: int, split: str, **_: Any) -> None:
-            if split == "eval":
-                self.eval_steps.append(step)
-
-    recorder = Recorder()
-    try:
-        result = run_training(spec, plain_settings, output_dir=tmp_path / "out", reporter=recorder)
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+    recorder = RecordingReporter()
+    result = run_training(spec, train_settings, output_dir=tmp_path / "out", reporter=recorder)
 
     # 40 rows / 8 = 5 batches; accumulation 3 → 2 steps an epoch; 3 steps → 2 epochs; warmup ⌈1.5⌉ = 2.
-    training = next(d for d in recorder.data if "max_train_steps" in d)
+    training = next(d for d in recorder.log_data if "max_train_steps" in d)
     assert (plan["steps_per_epoch"], plan["epochs"], plan["total_optimizer_steps"], plan["warmup_steps"]) == (
         2,
         2,
@@ -271,18 +241,18 @@ def test_the_schedule_is_what_the_training_loop_does(plain_settings: Settings, t
     )
     assert (training["num_epochs"], training["max_train_steps"], training["warmup_steps"]) == (2, 3, 2)
     assert result["completed_steps"] == plan["total_optimizer_steps"]
-    assert recorder.eval_steps == plan["evaluation_steps"] == [2, 3]
+    assert recorder.steps("eval") == plan["evaluation_steps"] == [2, 3]
 
 
-def test_token_lengths_are_the_workers_tokenizers(plain_settings: Settings, models_dir: Path) -> None:
+def test_token_lengths_are_the_workers_tokenizers(train_settings: Settings, models_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     from shared.data_files import read_job_data
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=300, max_length=40)
-    tokens = plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["tokens"]
+    tokens = plan_job(spec, train_settings, scope=one_user_scope(train_settings))["tokens"]
 
-    data = read_job_data(spec, plain_settings)
+    data = read_job_data(spec, train_settings)
     assert data.train is not None
     tokenizer = AutoTokenizer.from_pretrained(models_dir / "tiny-bert")
     untruncated = tokenizer(data.train.texts["sentence1"].tolist(), data.train.texts["sentence2"].tolist())
@@ -300,14 +270,14 @@ def test_token_lengths_are_the_workers_tokenizers(plain_settings: Settings, mode
     assert tokens["train"]["padding"]["real_tokens"] == sum(lengths)
 
 
-def test_the_memory_estimate_counts_the_models_parameters(plain_settings: Settings, models_dir: Path) -> None:
+def test_the_memory_estimate_counts_the_models_parameters(train_settings: Settings, models_dir: Path) -> None:
     from transformers import AutoModelForSequenceClassification
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=64)
     lora = spec.model_copy(update={"apply_lora": True, "lora_r": 4})
     full, adapted = (
-        plan_job(spec, plain_settings, scope=one_user_scope(plain_settings))["memory"],
-        plan_job(lora, plain_settings, scope=one_user_scope(plain_settings))["memory"],
+        plan_job(spec, train_settings, scope=one_user_scope(train_settings))["memory"],
+        plan_job(lora, train_settings, scope=one_user_scope(train_settings))["memory"],
     )
 
     from peft import LoraConfig, TaskType, get_peft_model

@@ -14,6 +14,7 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import Base, JobStatus, utcnow
+from tests.dbutil import claimed
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
 
@@ -100,14 +101,12 @@ def test_expired_lease_requeues_then_fails_when_attempts_are_spent(db: Database)
         job = jobs_repo.create_job(session, spec=SPEC, max_attempts=2)
         later = utcnow() + timedelta(seconds=120)
 
-        jobs_repo.claim_next(session, worker_id="dead-1", lease_s=60)
+        dead = claimed(session, job.id, worker_id="dead-1")
         first = jobs_repo.recover_expired_leases(session, now=later)
         assert jobs_repo.get_job(session, job_id=job.id).status == JobStatus.queued
         # The dead worker's heartbeat and outcome no longer count.
-        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="dead-1", lease_s=60) is None
-        assert not jobs_repo.finish_job(
-            session, job_id=job.id, worker_id="dead-1", status=JobStatus.succeeded
-        )
+        assert jobs_repo.heartbeat(session, claim=dead, lease_s=60) is None
+        assert not jobs_repo.finish_job(session, claim=dead, status=JobStatus.succeeded)
 
         again = jobs_repo.claim_next(session, worker_id="dead-2", lease_s=60)
         assert again is not None and again.attempts == 2
@@ -122,20 +121,20 @@ def test_expired_lease_requeues_then_fails_when_attempts_are_spent(db: Database)
 def test_live_lease_is_not_recovered(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+        claim = claimed(session, job.id)
 
         assert jobs_repo.recover_expired_leases(session) == []
-        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="w", lease_s=60) == JobStatus.running
+        assert jobs_repo.heartbeat(session, claim=claim, lease_s=60) == JobStatus.running
 
 
 def test_cancel_of_a_running_job_is_seen_by_its_heartbeat(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+        claim = claimed(session, job.id)
 
         assert jobs_repo.request_cancel(session, job_id=job.id).status == JobStatus.cancelling
-        assert jobs_repo.heartbeat(session, job_id=job.id, worker_id="w", lease_s=60) == JobStatus.cancelling
-        assert jobs_repo.finish_job(session, job_id=job.id, worker_id="w", status=JobStatus.cancelled)
+        assert jobs_repo.heartbeat(session, claim=claim, lease_s=60) == JobStatus.cancelling
+        assert jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         with pytest.raises(Exception, match="already finished"):
             jobs_repo.request_cancel(session, job_id=job.id)
 
@@ -143,9 +142,9 @@ def test_cancel_of_a_running_job_is_seen_by_its_heartbeat(db: Database) -> None:
 def test_released_job_keeps_its_attempt(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        jobs_repo.claim_next(session, worker_id="w", lease_s=60)
+        claim = claimed(session, job.id)
 
-        assert jobs_repo.release_job(session, job_id=job.id, worker_id="w", reason="shutdown")
+        assert jobs_repo.release_job(session, claim=claim, reason="shutdown")
         released = jobs_repo.get_job(session, job_id=job.id)
 
     assert (released.status, released.attempts, released.worker_id) == (JobStatus.queued, 0, None)
@@ -156,10 +155,15 @@ def test_metric_rows_are_never_duplicated_and_feed_latest_and_best(db: Database)
     rows_epoch2 = [MetricRow(2.0, 20, "eval", "accuracy", 0.65), MetricRow(2.0, 20, "eval", "loss", 0.5)]
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        first = jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy")
+        claim = claimed(session, job.id)
+        first = jobs_repo.add_metrics(
+            session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy", claim=claim
+        )
         # A resumed attempt logs step 10 again: the rows stay single.
-        repeat = jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy")
-        jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch2, best_metric="accuracy")
+        repeat = jobs_repo.add_metrics(
+            session, job_id=job.id, rows=rows_epoch1, best_metric="accuracy", claim=claim
+        )
+        jobs_repo.add_metrics(session, job_id=job.id, rows=rows_epoch2, best_metric="accuracy", claim=claim)
         rows, has_more = jobs_repo.list_metrics(session, job_id=job.id)
         stored = jobs_repo.get_job(session, job_id=job.id)
 
@@ -183,6 +187,7 @@ def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
             session,
             job_id=job.id,
             rows=[MetricRow(s / 10, s, "train", "loss", 1 / (s + 1)) for s in range(250)],
+            claim=claimed(session, job.id),
         )
         seen, after = [], None
         while True:
@@ -198,14 +203,19 @@ def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
 def test_checkpoints_mark_one_best_and_forget_rotated_ones(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)
-        jobs_repo.add_checkpoint(
-            session, job_id=job.id, step=10, epoch=1.0, path="/c/10", metrics={"a": 1.0}, is_best=True
-        )
-        jobs_repo.add_checkpoint(
-            session, job_id=job.id, step=20, epoch=2.0, path="/c/20", metrics={"a": 2.0}, is_best=True
-        )
-        jobs_repo.add_checkpoint(session, job_id=job.id, step=30, epoch=3.0, path="/c/30", metrics={"a": 0.5})
-        jobs_repo.delete_checkpoints(session, job_id=job.id, steps=[10])
+        claim = claimed(session, job.id)
+        for step, value, best in ((10, 1.0, True), (20, 2.0, True), (30, 0.5, False)):
+            jobs_repo.add_checkpoint(
+                session,
+                job_id=job.id,
+                step=step,
+                epoch=step / 10,
+                path=f"/c/{step}",
+                metrics={"a": value},
+                is_best=best,
+                claim=claim,
+            )
+        jobs_repo.delete_checkpoints(session, job_id=job.id, steps=[10], claim=claim)
         rows = jobs_repo.list_checkpoints(session, job_id=job.id)
 
     assert [(r.step, r.is_best) for r in rows] == [(20, True), (30, False)]

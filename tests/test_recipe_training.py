@@ -4,7 +4,6 @@ deterministic runs, experiment trackers, and checkpoints that are models."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +13,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from shared.config import Settings
-from tests.conftest import TINY_MODEL
-from tests.test_training import RecordingReporter, make_spec, train
+from tests.kit import TINY_MODEL
+from tests.runs import RecordingReporter, make_spec, resume, saving_spec, train
 from worker.checkpoints import checkpoint_path
 from worker.training import _Progress
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    """Accelerate keeps one state per process (a job's child runs one job); tests run many."""
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
-    return result
 
 
 @pytest.fixture
@@ -301,15 +284,8 @@ def test_a_lora_checkpoint_is_an_adapter_that_peft_loads_and_resuming_from_it_is
 ) -> None:
     from peft import PeftModel
 
-    spec = make_spec(
-        apply_lora=True,
-        lora_r=4,
-        lora_target_modules=["query", "value"],
-        max_train_steps=4,
-        save_strategy="steps",
-        save_steps=2,
-        eval_strategy="no",
-        max_train_samples=32,
+    spec = saving_spec(
+        2, apply_lora=True, lora_r=4, lora_target_modules=["query", "value"], max_train_steps=4
     )
     whole, _, output_dir = train(spec, train_settings, tmp_path, name="whole")
     folder = checkpoint_path(output_dir / "checkpoints", 4)
@@ -328,15 +304,7 @@ def test_a_lora_checkpoint_is_an_adapter_that_peft_loads_and_resuming_from_it_is
     )
     assert torch.equal(_predict(model, tokenizer), _predict(final, tokenizer))
 
-    resumed, result, _ = train(
-        spec,
-        train_settings,
-        tmp_path,
-        name="resumed",
-        resume_from=checkpoint_path(output_dir / "checkpoints", 2),
-    )
+    resumed, result, _ = resume(spec, train_settings, tmp_path, output_dir / "checkpoints", 2)
     assert [s for s, _ in resumed.values("train", "loss")] == [3, 4]
-    assert [v for _, v in resumed.values("train", "loss")] == pytest.approx(
-        [v for _, v in whole.values("train", "loss")][2:], rel=1e-5
-    )
+    assert resumed.series("train", "loss") == pytest.approx(whole.series("train", "loss")[2:], rel=1e-5)
     assert result["lora_params"] > 0

@@ -25,7 +25,6 @@ from sqlalchemy import create_engine, make_url, text
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
-from tests.conftest import POSTGRES_URL
 from tests.e2e import (
     all_metrics,
     free_port,
@@ -36,6 +35,7 @@ from tests.e2e import (
     submit,
     wait_for,
 )
+from tests.kit import POSTGRES_URL
 
 # 240 rows / batch 16 = 15 steps an epoch, 2 epochs: 30 steps. Training rows every 4 steps and at
 # each epoch's end; an evaluation and a checkpoint every 10 steps.

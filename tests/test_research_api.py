@@ -22,7 +22,7 @@ from shared.config import Settings
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import Job, JobStatus, Sweep
-from tests.dbutil import count_rows
+from tests.dbutil import claimed, count_rows
 from tests.e2e import LOOPBACK_URL
 
 SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_eval_samples": 40}
@@ -47,17 +47,18 @@ def run_job(
     *,
     metric: str = "accuracy",
     status: JobStatus = JobStatus.succeeded,
+    environment: dict[str, Any] | None = None,
 ) -> None:
-    """What a worker does: claim the job, write one evaluation per epoch (steps 2, 4 …), finish."""
+    """What a worker does: claim the job, record its environment, write one evaluation per epoch
+    (steps 2, 4 …), finish."""
     with db.session() as session:
-        claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=60)
-        assert claimed is not None and claimed.id == job_id
+        claim = claimed(session, job_id)
+        if environment is not None:
+            jobs_repo.set_environment(session, job_id=job_id, environment=environment, claim=claim)
         for epoch, values in enumerate(evals, start=1):
             rows = [MetricRow(float(epoch), 2 * epoch, "eval", name, value) for name, value in values.items()]
-            jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric=metric)
-        jobs_repo.finish_job(
-            session, job_id=job_id, worker_id="w", status=status, result={"trainable_params": 1000 + job_id}
-        )
+            jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric=metric, claim=claim)
+        jobs_repo.finish_job(session, claim=claim, status=status, result={"trainable_params": 1000 + job_id})
 
 
 def sst2_baseline(glue_data: Path, rows: int | None) -> float:
@@ -223,7 +224,7 @@ def test_cancelling_a_sweep_cancels_what_is_left(client: TestClient, db: Databas
     done, running, *queued = sweep["job_ids"]
     run_job(db, done, [{"accuracy": 0.7}])
     with db.session() as session:
-        assert jobs_repo.claim_next(session, worker_id="w", lease_s=60).id == running  # type: ignore[union-attr]
+        claim = claimed(session, running)
 
     response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
 
@@ -237,7 +238,7 @@ def test_cancelling_a_sweep_cancels_what_is_left(client: TestClient, db: Databas
     }
     assert response.json()["status"] == "running" and response.json()["cancel_requested_at"] is not None
     with db.session() as session:  # the worker sees the request and stops the job
-        jobs_repo.finish_job(session, job_id=running, worker_id="w", status=JobStatus.cancelled)
+        jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "cancelled"
     again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
@@ -359,11 +360,7 @@ def test_the_leaderboard_shows_a_key_its_own_results(settings: Settings, db: Dat
 def test_a_rerun_says_whether_it_reproduced_the_original(client: TestClient, db: Database) -> None:
     original = submit(client, {**SST2, "seed": 5})
     evals = [{"accuracy": 0.75, "loss": 0.5}, {"accuracy": 0.70, "loss": 0.45}]
-    run_job(db, original, evals)
-    with db.session() as session:
-        jobs_repo.set_environment(
-            session, job_id=original, environment={"packages": {"torch": "2.13.0"}, "python": "3.11.9"}
-        )
+    run_job(db, original, evals, environment={"packages": {"torch": "2.13.0"}, "python": "3.11.9"})
 
     reruns = [client.post(f"/v1/jobs/{original}/rerun") for _ in range(4)]
     assert all(r.status_code == 201 for r in reruns)
@@ -371,12 +368,13 @@ def test_a_rerun_says_whether_it_reproduced_the_original(client: TestClient, db:
     pending = client.get(f"/v1/jobs/{exact}").json()
     run_job(db, exact, evals)
     run_job(db, close, [{"accuracy": 0.75, "loss": 0.5 + 4e-7}, {"accuracy": 0.70, "loss": 0.45}])
-    run_job(db, off, [{"accuracy": 0.75, "loss": 0.5}, {"accuracy": 0.72, "loss": 0.45}])
+    run_job(
+        db,
+        off,
+        [{"accuracy": 0.75, "loss": 0.5}, {"accuracy": 0.72, "loss": 0.45}],
+        environment={"packages": {"torch": "2.12.0"}, "python": "3.11.9"},
+    )
     run_job(db, broken, [{"accuracy": 0.75, "loss": 0.5}], status=JobStatus.failed)
-    with db.session() as session:
-        jobs_repo.set_environment(
-            session, job_id=off, environment={"packages": {"torch": "2.12.0"}, "python": "3.11.9"}
-        )
 
     assert (
         pending["rerun_of"] == original

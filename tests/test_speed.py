@@ -8,8 +8,9 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import datasets
 import numpy as np
@@ -25,28 +26,13 @@ from shared.config import Settings
 from shared.db import Database
 from shared.spec import FAST_SETTINGS, JobSpec
 from tests.e2e import LOOPBACK_URL
-from tests.test_training import RecordingReporter, make_spec
+from tests.runs import RecordingReporter, make_spec
 from worker import throughput
 from worker.data import in_row_order, longest_first, row_lengths
 from worker.modeling import head_in_fp32, load_model
 from worker.training import pad_multiple, run_training
 
 BASE = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
-    return result
 
 
 # --- the switch ---------------------------------------------------------------------------------------
@@ -246,6 +232,15 @@ def test_pads_to_a_multiple_of_8_only_on_cuda() -> None:
     from accelerate import Accelerator
 
     assert pad_multiple(Accelerator(mixed_precision="bf16", cpu=True)) is None
+
+    # A CUDA accelerator cannot be made on a machine without a GPU: a stand-in with the two things
+    # pad_multiple reads (its precision, its device) plays one.
+    def on_cuda(mixed_precision: str) -> Any:
+        return SimpleNamespace(mixed_precision=mixed_precision, device=torch.device("cuda", 0))
+
+    assert pad_multiple(on_cuda("bf16")) == 8
+    assert pad_multiple(on_cuda("fp16")) == 8
+    assert pad_multiple(on_cuda("no")) is None  # fp32 matmuls gain nothing from it
 
 
 def test_head_runs_in_fp32_under_autocast(train_settings: Settings) -> None:

@@ -9,94 +9,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from shared.config import Settings
 from shared.errors import JobFailed
-from shared.spec import JobSpec
-from worker.checkpoints import checkpoint_path, saved_steps
+from tests.runs import TINY, RecordingReporter, make_spec, resume, saving_spec, train
+from worker.checkpoints import saved_steps
 from worker.modeling import ModelError, optimizer_parameter_groups
 from worker.training import Preempted, run_training
-
-TINY = "tiny-bert"
-
-
-@dataclass
-class RecordingReporter:
-    logs: list[str] = field(default_factory=list)
-    rows: list[tuple[int, float, str, str, float]] = field(default_factory=list)
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
-    deleted: list[int] = field(default_factory=list)
-
-    def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
-        self.logs.append(message)
-
-    def metrics(
-        self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None
-    ) -> None:
-        self.rows += [(step, epoch, split, name, value) for name, value in values.items()]
-
-    def checkpoint(
-        self, *, step: int, epoch: float, path: str, metrics: dict[str, float], is_best: bool
-    ) -> None:
-        self.checkpoints.append(
-            {"step": step, "epoch": epoch, "path": path, "metrics": metrics, "is_best": is_best}
-        )
-
-    def checkpoints_deleted(self, steps: list[int]) -> None:
-        self.deleted += steps
-
-    def values(self, split: str, name: str) -> list[tuple[int, float]]:
-        return [(step, value) for step, _, s, n, value in self.rows if s == split and n == name]
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    """Accelerate keeps one state per process (a job's child runs one job); tests run many."""
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
-@pytest.fixture
-def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
-    return result
-
-
-def make_spec(**changes: Any) -> JobSpec:
-    values: dict[str, Any] = {
-        "model_name_or_path": TINY,
-        "task_name": "sst2",
-        "max_train_samples": 64,
-        "max_eval_samples": 32,
-        "per_device_train_batch_size": 8,
-        "per_device_eval_batch_size": 16,
-        "learning_rate": 1e-3,
-        "num_train_epochs": 1,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "seed": 7,
-    }
-    values.update(changes)
-    return JobSpec.model_validate(values)
-
-
-def train(
-    spec: JobSpec, settings: Settings, tmp_path: Path, *, name: str = "run", resume_from: Path | None = None
-) -> tuple[RecordingReporter, dict[str, Any], Path]:
-    reporter = RecordingReporter()
-    output_dir = tmp_path / name
-    result = run_training(spec, settings, output_dir=output_dir, reporter=reporter, resume_from=resume_from)
-    return reporter, result, output_dir
 
 
 def test_schedule_accumulation_warmup_and_max_train_steps(train_settings: Settings, tmp_path: Path) -> None:
@@ -208,29 +131,15 @@ def test_checkpoints_rotation_and_best_model_at_end(train_settings: Settings, tm
 
 
 def test_resume_continues_where_the_checkpoint_stopped(train_settings: Settings, tmp_path: Path) -> None:
-    spec = make_spec(
-        max_train_steps=6,
-        num_train_epochs=3,
-        save_strategy="steps",
-        save_steps=3,
-        eval_strategy="no",
-        max_train_samples=32,
-    )
+    spec = saving_spec(3, max_train_steps=6, num_train_epochs=3)
     whole, whole_result, whole_dir = train(spec, train_settings, tmp_path, name="whole")
 
-    resumed, result, _ = train(
-        spec,
-        train_settings,
-        tmp_path,
-        name="resumed",
-        resume_from=checkpoint_path(whole_dir / "checkpoints", 3),
-    )
+    resumed, result, _ = resume(spec, train_settings, tmp_path, whole_dir / "checkpoints", 3)
 
     # 32 rows / 8 = 4 updates per epoch: step 3 is inside epoch 1, so batches are skipped there.
     assert [s for s, _ in resumed.values("train", "loss")] == [4, 5, 6]
     for name in ("loss", "learning_rate"):
-        after_resume = [v for _, v in resumed.values("train", name)]
-        assert after_resume == pytest.approx([v for _, v in whole.values("train", name)][3:], rel=1e-5)
+        assert resumed.series("train", name) == pytest.approx(whole.series("train", name)[3:], rel=1e-5)
     assert result["completed_steps"] == whole_result["completed_steps"] == 6
     assert any("resumed from checkpoint-3" in line for line in resumed.logs)
 
@@ -257,17 +166,9 @@ def test_a_stop_request_saves_a_checkpoint_at_that_step_and_resuming_finishes(
     assert stopped.value.step == 4
     assert saved_steps(output_dir / "checkpoints") == [4]
     assert [c["step"] for c in reporter.checkpoints] == [4]
-    resumed, result, _ = train(
-        spec,
-        train_settings,
-        tmp_path,
-        name="stopped",
-        resume_from=checkpoint_path(output_dir / "checkpoints", 4),
-    )
+    resumed, result, _ = resume(spec, train_settings, tmp_path, output_dir / "checkpoints", 4, name="stopped")
     assert [s for s, _ in resumed.values("train", "loss")] == [5, 6]
-    assert [v for _, v in resumed.values("train", "loss")] == pytest.approx(
-        [v for _, v in whole.values("train", "loss")][4:], rel=1e-5
-    )
+    assert resumed.series("train", "loss") == pytest.approx(whole.series("train", "loss")[4:], rel=1e-5)
     assert result["completed_steps"] == 6
 
 

@@ -19,20 +19,10 @@ from shared.config import Settings
 from shared.db import Database
 from shared.models import Job, JobStatus
 from tests.e2e import start_worker, wait_for
+from tests.kit import QUICK_JOB
 from worker.warm import WarmStarter
 
-SMALL = {
-    "model_name_or_path": "tiny-bert",
-    "task_name": "sst2",
-    "max_train_samples": 32,
-    "max_eval_samples": 16,
-    "per_device_train_batch_size": 16,
-    "num_train_epochs": 1,
-    "save_strategy": "no",
-    "eval_strategy": "no",
-    "logging_steps": 1,
-    "seed": 5,
-}
+SMALL = {**QUICK_JOB, "logging_steps": 1, "seed": 5}
 # Trains until it is stopped.
 LONG = {**SMALL, "max_train_samples": 4000, "num_train_epochs": 50}
 FORKED = re.compile(r"warm start: job process (\d+) forked from template (\d+) \((.*)\)")

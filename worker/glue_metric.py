@@ -17,35 +17,17 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import mean_squared_error
 
-from shared.metric_rules import COMBINED_SCORE, MSE, MetricPlan, metric_plan
+from shared.metric_rules import COMBINED_SCORE, MSE, MetricPlan
 
 GLUE_MODULE = Path(__file__).resolve().parent / "metrics" / "glue"
 
 Metrics = dict[str, float]
 
 
-def compute_metrics(
-    task_name: str | None,
-    predictions: np.ndarray,
-    references: np.ndarray,
-    *,
-    is_regression: bool,
-    num_labels: int | None = None,
-) -> Metrics:
-    """The metrics of `task_name` (or of a job on its own files when None), as plain floats.
-
-    `predictions` are class ids (the argmax of the logits) for classification and scores for
-    regression; a regression model's (n, 1) output may be passed as it is. `num_labels` (own files)
-    defaults to the number of classes seen in the references and predictions.
-    """
-    preds, refs = _as_pair(predictions, references)
-    if num_labels is None:
-        num_labels = 1 if is_regression else int(max(preds.max(), refs.max())) + 1
-    plan = _plan(task_name, is_regression=is_regression, num_labels=num_labels)
-    return compute_plan(plan, preds, refs)
-
-
 def compute_plan(plan: MetricPlan, preds: np.ndarray, refs: np.ndarray) -> Metrics:
+    """The plan's metrics (shared.metric_rules.metric_plan: a task's, or those of a job on its own
+    files), as plain floats. `preds` are class ids (the argmax of the logits) for classification
+    and scores for regression; a regression model's (n, 1) output may be passed as it is."""
     preds, refs = _as_pair(preds, refs)
     scored = glue_module(plan.glue_config).compute(predictions=preds, references=refs)
     metrics = {name: float(scored[name]) for name in plan.glue_names}
@@ -71,19 +53,6 @@ def glue_module(config_name: str) -> Any:
 
     # keep_in_memory: predictions are scored from memory, not through a cache file under ~/.cache.
     return evaluate.load(str(GLUE_MODULE), config_name=config_name, keep_in_memory=True)
-
-
-def _plan(task_name: str | None, *, is_regression: bool, num_labels: int) -> MetricPlan:
-    if task_name is not None:
-        from shared.tasks import TASKS
-
-        task = TASKS.get(task_name)
-        if task is None:
-            raise ValueError(f"unknown GLUE task {task_name!r}; expected one of {', '.join(TASKS)}")
-        if task.is_regression != is_regression:
-            kind = "a regression" if task.is_regression else "a classification"
-            raise ValueError(f"{task_name} is {kind} task, but is_regression={is_regression} was passed")
-    return metric_plan(task_name, is_regression=is_regression, num_labels=num_labels)
 
 
 def _as_pair(predictions: np.ndarray, references: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

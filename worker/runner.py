@@ -152,12 +152,6 @@ class Worker:
     def wait_stopping(self, timeout_s: float) -> bool:
         return self._stopping.wait(timeout_s)
 
-    @property
-    def ready(self) -> bool:
-        """Whether the worker's last round trip reached its database (False while it waits for it
-        to come back): the loop's, or a running job's heartbeat."""
-        return self.database.reachable
-
     def status(self) -> dict[str, object]:
         """What the health port answers."""
         with self._lock:

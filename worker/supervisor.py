@@ -84,6 +84,8 @@ class JobSupervisor:
         self.settings = settings
         self.db = db
         self.worker_id = worker_id
+        # Every write of this attempt is fenced by it: once the job is another's, they change nothing.
+        self.claim = jobs_repo.Claim(job.id, worker_id, job.attempts)
         self._launch = launch
         self._stopping = stopping  # the worker's: set on shutdown
         self._on_done = on_done
@@ -139,11 +141,7 @@ class JobSupervisor:
         def store() -> None:
             with self.db.session() as session:
                 jobs_repo.set_output_dir(
-                    session,
-                    job_id=self.job.id,
-                    worker_id=self.worker_id,
-                    output_dir=str(output_dir),
-                    devices=self.devices,
+                    session, claim=self.claim, output_dir=str(output_dir), devices=self.devices
                 )
 
         self._while_leased(store, "record where the job runs")
@@ -215,13 +213,7 @@ class JobSupervisor:
     def _heartbeat(self) -> Stop | None:
         try:
             with self.db.session() as session:
-                status = jobs_repo.heartbeat(
-                    session,
-                    job_id=self.job.id,
-                    worker_id=self.worker_id,
-                    lease_s=self.settings.lease_s,
-                    attempt=self.job.attempts,
-                )
+                status = jobs_repo.heartbeat(session, claim=self.claim, lease_s=self.settings.lease_s)
         except Exception as exc:  # the database is away: the job trains on; try again next beat
             silent_s = time.monotonic() - self._last_beat
             if not self._beat_failing or silent_s - self._logged_silence >= OUTAGE_LOG_INTERVAL_S:
@@ -293,9 +285,7 @@ class JobSupervisor:
             if outcome.status == JobStatus.failed and outcome.error_code is not None:
                 status = jobs_repo.fail_job(
                     session,
-                    job_id=job.id,
-                    worker_id=self.worker_id,
-                    attempt=job.attempts,
+                    claim=self.claim,
                     error_code=outcome.error_code,
                     error=outcome.error or "",
                     retry_base_s=self.settings.retry_backoff_s,
@@ -304,20 +294,11 @@ class JobSupervisor:
                 recorded = status is not None
             elif outcome.status is not None:
                 recorded = jobs_repo.finish_job(
-                    session,
-                    job_id=job.id,
-                    worker_id=self.worker_id,
-                    status=outcome.status,
-                    error=outcome.error,
-                    attempt=job.attempts,
+                    session, claim=self.claim, status=outcome.status, error=outcome.error
                 )
             elif outcome.stopped == Stop.shutdown:
                 recorded = jobs_repo.release_job(
-                    session,
-                    job_id=job.id,
-                    worker_id=self.worker_id,
-                    attempt=job.attempts,
-                    reason=f"worker {self.worker_id} stopped it at a checkpoint",
+                    session, claim=self.claim, reason=f"worker {self.worker_id} stopped it at a checkpoint"
                 )
             else:
                 return

@@ -10,11 +10,11 @@ process reports.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import resource
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from shared.config import Settings
 from shared.errors import JobFailed
 from shared.metric_rules import MetricPlan, improves, metric_plan, ranking_metric
+from shared.schedule import Schedule, spec_schedule
 from shared.spec import JobSpec
 from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import checkpoints, throughput, tracking
@@ -147,7 +148,101 @@ def _train(
     resume_from: Path | None,
     stop_requested: Callable[[], bool],
 ) -> dict[str, Any]:
-    report = _MainProcessReporter(reporter, accelerator)
+    """nlp_example's story: set up, then per epoch train → evaluate → save, then the outputs."""
+    run = _set_up(spec, settings, accelerator, output_dir, _MainProcessReporter(reporter, accelerator))
+    start_epoch, skip_batches = 0, 0
+    if resume_from is not None:
+        start_epoch, skip_batches = _resume(run, resume_from, spec.gradient_accumulation_steps)
+    _log_schedule(run)
+    intervals = _Intervals.of(spec)
+    for epoch in range(start_epoch, run.schedule.num_epochs):
+        loader = _epoch_batches(run, epoch, skip=skip_batches if epoch == start_epoch else 0)
+        if _train_epoch(run, loader, intervals, stop_requested):
+            break
+    if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
+        _evaluate_all(run)  # so that every run ends with the metrics of its final weights
+    final_metrics = _final_model(run)
+    _write_outputs(run)
+    return _summary(run, final_metrics)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Set-up: seed, data, model, optimizer, `prepare`, schedule
+# ---------------------------------------------------------------------------------------------------
+
+
+def _set_up(
+    spec: JobSpec,
+    settings: Settings,
+    accelerator: Accelerator,
+    output_dir: Path,
+    report: _MainProcessReporter,
+) -> _Run:
+    """Everything the loop needs, prepared: the steps of nlp_example's `training_function` before
+    its loop."""
+    seed = _seed(spec, report)
+    model_source = resolve_model(spec.model_name_or_path, settings)
+    tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
+    raw = load_raw_data(spec, settings)
+    num_labels = 1 if raw.is_regression else len(raw.label_names or ())
+    plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
+    ranking = _ranking_metric(plan, spec.metric_for_best_model)
+    data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
+    model = _build_model(model_source, spec, raw, num_labels)
+    counts = _log_model(model, accelerator, report)
+
+    train_dataloader, eval_dataloaders, length_sampler, eval_orders = _dataloaders(
+        spec, seed, data, tokenizer, accelerator
+    )
+    optimizer = make_optimizer(
+        model,
+        spec.optim,
+        learning_rate=spec.learning_rate,
+        weight_decay=spec.weight_decay,
+        betas=(spec.adam_beta1, spec.adam_beta2),
+        eps=spec.adam_epsilon,
+    )
+    model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
+        model, optimizer, train_dataloader, *eval_dataloaders.values()
+    )
+    _keep_model_files_in_checkpoints(accelerator, tokenizer)
+
+    # The schedule: the script's arithmetic, counted after `prepare` shards the batches.
+    schedule = spec_schedule(spec, len(train_dataloader))
+    # A prepared scheduler steps once per process per update, hence the factors (as in the script).
+    lr_scheduler = accelerator.prepare(
+        get_scheduler(
+            name=spec.lr_scheduler_type,
+            optimizer=optimizer,
+            num_warmup_steps=schedule.warmup_steps * accelerator.num_processes,
+            num_training_steps=schedule.max_train_steps * accelerator.num_processes,
+        )
+    )
+    return _Run(
+        spec=spec,
+        settings=settings,
+        output_dir=output_dir,
+        accelerator=accelerator,
+        tokenizer=tokenizer,
+        raw=raw,
+        data=data,
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        train_dataloader=train_dataloader,
+        length_sampler=length_sampler,
+        eval_dataloaders=dict(zip(eval_dataloaders, prepared_evals, strict=True)),
+        eval_orders=eval_orders,
+        plan=plan,
+        schedule=schedule,
+        parameter_counts=counts,
+        report=report,
+        progress=_Progress(steps_per_epoch=schedule.steps_per_epoch, ranking=ranking),
+        meter=_Meter(accelerator),
+    )
+
+
+def _seed(spec: JobSpec, report: _MainProcessReporter) -> int:
     assert spec.seed is not None, "the API records a seed on every job"
     set_seed(spec.seed)
     if spec.use_deterministic_algorithms:
@@ -157,16 +252,32 @@ def _train(
             + ", ".join(f"{name}={value}" for name, value in environment.items()),
             data=environment,
         )
+    return spec.seed
 
-    # --- data and model ---------------------------------------------------------------------------
-    model_source = resolve_model(spec.model_name_or_path, settings)
-    tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
-    raw = load_raw_data(spec, settings)
-    num_labels = 1 if raw.is_regression else len(raw.label_names or ())
-    plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
-    ranking = _ranking_metric(plan, spec.metric_for_best_model)
-    data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
-    model = _build_model(model_source, spec, raw, num_labels)
+
+def _dataloaders(
+    spec: JobSpec,
+    seed: int,
+    data: TokenizedData,
+    tokenizer: PreTrainedTokenizerBase,
+    accelerator: Accelerator,
+) -> tuple[DataLoader, dict[str, DataLoader], LengthGroupedSampler | None, dict[str, np.ndarray | None]]:
+    return make_dataloaders(
+        data,
+        tokenizer,
+        pad_to_max_length=spec.pad_to_max_length,
+        group_by_length=spec.group_by_length,
+        shuffle_length_groups=spec.shuffle_length_groups,
+        group_eval_by_length=spec.group_eval_by_length,
+        train_batch_size=spec.per_device_train_batch_size,
+        eval_batch_size=spec.per_device_eval_batch_size,
+        seed=seed,
+        pad_to_multiple_of=pad_multiple(accelerator),
+    )
+
+
+def _log_model(model: Any, accelerator: Accelerator, report: _MainProcessReporter) -> dict[str, Any]:
+    """Say what runs in fp32 under autocast, and how many parameters train; the parameter counts."""
     if accelerator.mixed_precision != "no":
         in_fp32 = head_in_fp32(model)
         report.log(
@@ -180,67 +291,12 @@ def _train(
         f"({counts['trainable_percent']}%)",
         data=counts,
     )
+    return counts
 
-    train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
-        data,
-        tokenizer,
-        pad_to_max_length=spec.pad_to_max_length,
-        group_by_length=spec.group_by_length,
-        shuffle_length_groups=spec.shuffle_length_groups,
-        group_eval_by_length=spec.group_eval_by_length,
-        train_batch_size=spec.per_device_train_batch_size,
-        eval_batch_size=spec.per_device_eval_batch_size,
-        seed=spec.seed,
-        pad_to_multiple_of=pad_multiple(accelerator),
-    )
-    optimizer = make_optimizer(
-        model,
-        spec.optim,
-        learning_rate=spec.learning_rate,
-        weight_decay=spec.weight_decay,
-        betas=(spec.adam_beta1, spec.adam_beta2),
-        eps=spec.adam_epsilon,
-    )
-    model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
-        model, optimizer, train_dataloader, *eval_dataloaders.values()
-    )
-    eval_dataloaders = dict(zip(eval_dataloaders, prepared_evals, strict=True))
-    _keep_model_files_in_checkpoints(accelerator, tokenizer)
 
-    # --- the schedule: the script's arithmetic, counted after `prepare` shards the batches -------
-    schedule = plan_schedule(
-        len(train_dataloader),
-        accumulation=spec.gradient_accumulation_steps,
-        max_train_steps=spec.max_train_steps,
-        num_train_epochs=spec.num_train_epochs,
-        num_warmup_steps=spec.num_warmup_steps,
-        warmup_ratio=spec.warmup_ratio,
-    )
-    # A prepared scheduler steps once per process per update, hence the factors (as in the script).
-    lr_scheduler = accelerator.prepare(
-        get_scheduler(
-            name=spec.lr_scheduler_type,
-            optimizer=optimizer,
-            num_warmup_steps=schedule.warmup_steps * accelerator.num_processes,
-            num_training_steps=schedule.max_train_steps * accelerator.num_processes,
-        )
-    )
-    run = _Run(
-        accelerator=accelerator,
-        model=model,
-        optimizer=optimizer,
-        lr_scheduler=lr_scheduler,
-        eval_dataloaders=eval_dataloaders,
-        eval_orders=eval_orders,
-        plan=plan,
-        report=report,
-        progress=_Progress(steps_per_epoch=schedule.steps_per_epoch, ranking=ranking),
-        checkpoints_dir=output_dir / "checkpoints",
-    )
-    start_epoch, skip_batches = 0, 0
-    if resume_from is not None:
-        start_epoch, skip_batches = _resume(run, resume_from, spec.gradient_accumulation_steps)
-    report.log(
+def _log_schedule(run: _Run) -> None:
+    spec, schedule, accelerator = run.spec, run.schedule, run.accelerator
+    run.report.log(
         f"training: {schedule.num_epochs} epochs, {schedule.max_train_steps} optimizer steps, "
         f"batch {spec.per_device_train_batch_size} × {accelerator.num_processes} processes × "
         f"{spec.gradient_accumulation_steps} accumulation, on {accelerator.device}, "
@@ -252,34 +308,35 @@ def _train(
         },
     )
 
-    # --- the loop -----------------------------------------------------------------------------------
-    intervals = _Intervals.of(spec)
-    for epoch in range(start_epoch, schedule.num_epochs):
-        _start_epoch(train_dataloader, length_sampler, spec.seed, epoch)
-        loader = train_dataloader
-        if epoch == start_epoch and skip_batches:
-            loader = accelerator.skip_first_batches(train_dataloader, skip_batches)
-        if _train_epoch(run, loader, intervals, schedule.max_train_steps, stop_requested):
-            break
-    if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
-        _evaluate_all(run)  # so that every run ends with the metrics of its final weights
-    return _finish(run, spec, settings, tokenizer, data, raw, output_dir, counts)
-
 
 @dataclass
 class _Run:
     """What the loop's steps share once everything is prepared (Trainer keeps the same on `self`)."""
 
+    spec: JobSpec
+    settings: Settings
+    output_dir: Path
     accelerator: Accelerator
+    tokenizer: PreTrainedTokenizerBase
+    raw: RawData
+    data: TokenizedData
     model: Any
     optimizer: torch.optim.Optimizer
     lr_scheduler: Any
+    train_dataloader: Any
+    length_sampler: LengthGroupedSampler | None
     eval_dataloaders: dict[str, DataLoader]
     eval_orders: dict[str, np.ndarray | None]  # sorted evaluation: each split's rows, longest first
     plan: MetricPlan
+    schedule: Schedule
+    parameter_counts: dict[str, Any]
     report: _MainProcessReporter
     progress: _Progress
-    checkpoints_dir: Path
+    meter: _Meter
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -330,17 +387,6 @@ class _Progress:
     last_eval_step: int | None = None
     last_save_step: int | None = None
     eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    train_seconds: float = 0.0
-    # This process's CPU time (all its threads) over the same span: what the training cost the machine,
-    # which other work on shared cores does not inflate the way it inflates wall time.
-    train_cpu_seconds: float = 0.0
-    train_samples: int = 0
-    padded_tokens: int = 0
-    real_tokens: int = 0
-    # Sums of each sequence's squared length (padded, real): attention's FLOPs (worker/throughput.py).
-    padded_squared: int = 0
-    real_squared: int = 0
-    eval_seconds: float = 0.0
     stopped_early: bool = False
 
     @property
@@ -372,6 +418,92 @@ class _Progress:
         )
 
 
+class _Meter:
+    """What the training cost: samples, tokens and seconds, counted beside the loop (Trainer's
+    speed metrics, plus what worker/throughput.py needs for MFU). Evaluation and saving are paused
+    out of the training time."""
+
+    def __init__(self, accelerator: Accelerator) -> None:
+        self._accelerator = accelerator
+        self._processes = accelerator.num_processes
+        self.train_seconds = 0.0
+        # This process's CPU time (all its threads) over the same span: what the training cost the
+        # machine, which other work on shared cores does not inflate the way it inflates wall time.
+        self.train_cpu_seconds = 0.0
+        self.eval_seconds = 0.0
+        self.train_samples = 0
+        self.padded_tokens = 0
+        self.real_tokens = 0
+        # Sums of each sequence's squared length (padded, real): attention's FLOPs (worker/throughput.py).
+        self.padded_squared = 0
+        self.real_squared = 0
+        # Summed on the device during an epoch: no host sync per step (read once, after the epoch).
+        self._real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
+        self._real_squared = torch.zeros((), dtype=torch.long, device=accelerator.device)
+        self._started = self._started_cpu = 0.0
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        """One epoch's training: its time, and its real tokens gathered from every process once it
+        ends (a collective: it runs only when every process finishes the epoch normally)."""
+        self._real_tokens.zero_()
+        self._real_squared.zero_()
+        self._started, self._started_cpu = time.perf_counter(), time.process_time()
+        yield
+        self.train_seconds += time.perf_counter() - self._started
+        self.train_cpu_seconds += time.process_time() - self._started_cpu
+        self.real_tokens += int(self._accelerator.reduce(self._real_tokens, reduction="sum").item())
+        self.real_squared += int(self._accelerator.reduce(self._real_squared, reduction="sum").item())
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent in here (evaluating, saving) is not training time."""
+        paused, paused_cpu = time.perf_counter(), time.process_time()
+        yield
+        self._started += time.perf_counter() - paused
+        self._started_cpu += time.process_time() - paused_cpu
+
+    def count(self, batch: dict[str, torch.Tensor]) -> None:
+        """A training batch of this process (every process trains on a batch of the same shape)."""
+        rows, width = batch["input_ids"].shape
+        self.train_samples += rows * self._processes
+        self.padded_tokens += rows * width * self._processes
+        self.padded_squared += rows * width * width * self._processes
+        lengths = batch["attention_mask"].sum(dim=1)
+        self._real_tokens += lengths.sum()
+        self._real_squared += (lengths * lengths).sum()
+
+    def summary(self, model: Any, peak_flops: float | None) -> dict[str, Any]:
+        """The run's speed figures (for the job's `result`)."""
+        accelerator = self._accelerator
+        peak, peak_source = throughput.peak_flops(accelerator.device, accelerator.mixed_precision, peak_flops)
+        usage = throughput.summary(
+            model,
+            seconds=self.train_seconds,
+            real_tokens=self.real_tokens,
+            padded_tokens=self.padded_tokens,
+            real_squared=self.real_squared,
+            padded_squared=self.padded_squared,
+            peak=peak,
+            peak_source=peak_source,
+            num_processes=self._processes,
+        )
+        return {
+            "train_samples": self.train_samples,
+            "train_runtime_s": round(self.train_seconds, 3),
+            "train_samples_per_second": round(self.train_samples / max(self.train_seconds, 1e-9), 3),
+            # The main process's CPU seconds (per process: several processes each spend about as much).
+            "train_cpu_s": round(self.train_cpu_seconds, 3),
+            "train_samples_per_cpu_second": round(
+                self.train_samples / self._processes / max(self.train_cpu_seconds, 1e-9), 3
+            ),
+            "padded_tokens": self.padded_tokens,
+            "real_tokens": self.real_tokens,
+            **usage,
+            "eval_runtime_s": round(self.eval_seconds, 3),
+        }
+
+
 @dataclass
 class _Window:
     """The training rows' window: the mean loss over the batches since the last row."""
@@ -382,9 +514,11 @@ class _Window:
     # is logged, so that clipping costs no host sync per step on a GPU.
     grad_norm: torch.Tensor | None = None
 
-    def add(self, loss: torch.Tensor) -> None:
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
         self.loss += loss.detach().float()
         self.batches += 1
+        if grad_norm is not None:
+            self.grad_norm = grad_norm
 
     def reset(self) -> None:
         self.loss.zero_()
@@ -396,50 +530,32 @@ class _Window:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _train_epoch(
-    run: _Run, loader: Any, intervals: _Intervals, max_train_steps: int, stop_requested: Callable[[], bool]
-) -> bool:
+def _train_epoch(run: _Run, loader: Any, intervals: _Intervals, stop_requested: Callable[[], bool]) -> bool:
     """One pass over the training batches, then the epoch's evaluation and save; whether training
     is over (max steps or early stopping)."""
     accelerator, progress = run.accelerator, run.progress
     run.model.train()
     window = _Window(torch.zeros((), device=accelerator.device))
-    real_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
-    real_squared = torch.zeros((), dtype=torch.long, device=accelerator.device)
-    started, started_cpu = time.perf_counter(), time.process_time()
     done = False
-    for batch in loader:
-        loss, grad_norm = train_step(run, batch, intervals.max_grad_norm)
-        window.add(loss)
-        window.grad_norm = grad_norm if grad_norm is not None else window.grad_norm
-        progress.train_samples += batch["input_ids"].shape[0] * accelerator.num_processes
-        rows, width = batch["input_ids"].shape
-        progress.padded_tokens += rows * width * accelerator.num_processes
-        progress.padded_squared += rows * width * width * accelerator.num_processes
-        # Summed on the device: no host sync per step (read once, after the epoch).
-        lengths = batch["attention_mask"].sum(dim=1)
-        real_tokens += lengths.sum()
-        real_squared += (lengths * lengths).sum()
-        if not accelerator.sync_gradients:
-            continue
-        progress.completed_steps += 1
-        step = progress.completed_steps
-        done = step >= max_train_steps
-        if step % intervals.logging_steps == 0 or done:
-            _log_training(run, window)
-        paused, paused_cpu = time.perf_counter(), time.process_time()
-        done = _after_step(run, intervals) or done
-        started += time.perf_counter() - paused  # evaluation and saving are not training time
-        started_cpu += time.process_time() - paused_cpu
-        if done:
-            break
-        if _stop_agreed(accelerator, stop_requested):
-            _save_checkpoint(run, {}, keep=intervals.save_total_limit)
-            raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
-    progress.train_seconds += time.perf_counter() - started
-    progress.train_cpu_seconds += time.process_time() - started_cpu
-    progress.real_tokens += int(accelerator.reduce(real_tokens, reduction="sum").item())
-    progress.real_squared += int(accelerator.reduce(real_squared, reduction="sum").item())
+    with run.meter.training():
+        for batch in loader:
+            loss, grad_norm = train_step(run, batch, intervals.max_grad_norm)
+            window.add(loss, grad_norm)
+            run.meter.count(batch)
+            if not accelerator.sync_gradients:
+                continue
+            progress.completed_steps += 1
+            step = progress.completed_steps
+            done = step >= run.schedule.max_train_steps
+            if step % intervals.logging_steps == 0 or done:
+                _log_training(run, window)
+            with run.meter.paused():
+                done = _after_step(run, intervals) or done
+            if done:
+                break
+            if _stop_agreed(accelerator, stop_requested):
+                _save_checkpoint(run, {}, keep=intervals.save_total_limit)
+                raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
     if window.batches:  # an epoch that ended between two logging steps
         _log_training(run, window)
     if not progress.stopped_early:
@@ -535,7 +651,7 @@ def _evaluate_all(run: _Run, *, threshold: float = 0.0) -> dict[str, float]:
         started = time.perf_counter()
         metrics = evaluate(run.model, dataloader, run.accelerator, run.plan, order=run.eval_orders.get(split))
         runtimes[split] = round(time.perf_counter() - started, 3)
-        progress.eval_seconds += runtimes[split]
+        run.meter.eval_seconds += runtimes[split]
         ranking = progress.ranking if split == EVAL_SPLIT else None
         run.report.metrics(
             step=progress.completed_steps,
@@ -787,40 +903,17 @@ def _collator(
     return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
 
 
-def _start_epoch(dataloader: Any, length_sampler: LengthGroupedSampler | None, seed: int, epoch: int) -> None:
-    if length_sampler is not None:
-        length_sampler.generator = torch.Generator().manual_seed(seed + epoch)
-    if hasattr(dataloader, "set_epoch"):
-        dataloader.set_epoch(epoch)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The script's arithmetic, in optimizer updates of one process."""
-
-    steps_per_epoch: int
-    max_train_steps: int
-    num_epochs: int
-    warmup_steps: int
-
-
-def plan_schedule(
-    batches_per_epoch: int,
-    *,
-    accumulation: int,
-    max_train_steps: int | None,
-    num_train_epochs: int,
-    num_warmup_steps: int,
-    warmup_ratio: float,
-) -> Schedule:
-    steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
-    total = max_train_steps or num_train_epochs * steps_per_epoch
-    return Schedule(
-        steps_per_epoch=steps_per_epoch,
-        max_train_steps=total,
-        num_epochs=math.ceil(total / steps_per_epoch),
-        warmup_steps=num_warmup_steps or math.ceil(warmup_ratio * total),
-    )
+def _epoch_batches(run: _Run, epoch: int, *, skip: int) -> Any:
+    """The epoch's training batches, in the order (seed, epoch) gives them; on resuming, without
+    the `skip` first ones (already trained on)."""
+    assert run.spec.seed is not None, "the API records a seed on every job"
+    if run.length_sampler is not None:
+        run.length_sampler.generator = torch.Generator().manual_seed(run.spec.seed + epoch)
+    if hasattr(run.train_dataloader, "set_epoch"):
+        run.train_dataloader.set_epoch(epoch)
+    if skip:
+        return run.accelerator.skip_first_batches(run.train_dataloader, skip)
+    return run.train_dataloader
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -828,108 +921,58 @@ def plan_schedule(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _finish(
-    run: _Run,
-    spec: JobSpec,
-    settings: Settings,
-    tokenizer: PreTrainedTokenizerBase,
-    data: TokenizedData,
-    raw: RawData,
-    output_dir: Path,
-    counts: dict[str, Any],
-) -> dict[str, Any]:
-    """The final model (the best checkpoint's, on request), predictions, and the run's summary."""
-    progress, accelerator = run.progress, run.accelerator
+def _final_model(run: _Run) -> dict[str, float]:
+    """Save the final model (the best checkpoint's, on request); the evaluation of its weights."""
+    progress, spec = run.progress, run.spec
     final_metrics = progress.eval_metrics.get(progress.completed_steps, {})
     if spec.load_best_model_at_end and progress.best_step is not None:
         best = checkpoints.checkpoint_path(run.checkpoints_dir, progress.best_step)
-        accelerator.load_state(str(best))
+        run.accelerator.load_state(str(best))
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
         run.report.log(
             f"loaded the best checkpoint (step {progress.best_step}, {progress.ranking} "
             f"{progress.best_value:.4f}) for the final model"
         )
-    _save_final_model(run, tokenizer, output_dir, apply_lora=spec.apply_lora, merged=spec.save_merged_model)
-    if spec.do_predict and spec.task_name:  # GLUE's submission file(s) for the task's test split
-        write_glue_submission(accelerator, run.model, tokenizer, spec, settings, output_dir, run.report.log)
-    if data.test is not None:
-        _write_predictions(run, data, tokenizer, spec, raw.label_names, output_dir)
-    peak, peak_source = throughput.peak_flops(
-        accelerator.device, accelerator.mixed_precision, settings.peak_flops
-    )
-    usage = throughput.summary(
-        accelerator.unwrap_model(run.model),
-        seconds=progress.train_seconds,
-        real_tokens=progress.real_tokens,
-        padded_tokens=progress.padded_tokens,
-        real_squared=progress.real_squared,
-        padded_squared=progress.padded_squared,
-        peak=peak,
-        peak_source=peak_source,
-        num_processes=accelerator.num_processes,
-    )
-    return {
-        **counts,
-        "completed_steps": progress.completed_steps,
-        "epochs": progress.epoch,
-        "stopped_early": progress.stopped_early,
-        "train_samples": progress.train_samples,
-        "train_runtime_s": round(progress.train_seconds, 3),
-        "train_samples_per_second": round(progress.train_samples / max(progress.train_seconds, 1e-9), 3),
-        # The main process's CPU seconds (per process: several processes each spend about as much).
-        "train_cpu_s": round(progress.train_cpu_seconds, 3),
-        "train_samples_per_cpu_second": round(
-            progress.train_samples / accelerator.num_processes / max(progress.train_cpu_seconds, 1e-9), 3
-        ),
-        "padded_tokens": progress.padded_tokens,
-        "real_tokens": progress.real_tokens,
-        **usage,
-        "eval_runtime_s": round(progress.eval_seconds, 3),
-        "final_metrics": final_metrics,
-        "best_step": progress.best_step,
-        "model_dir": str(output_dir),
-        "tokenized_from_cache": data.cache_hit,
-        "num_processes": accelerator.num_processes,
-        "device": str(accelerator.device),
-        "mixed_precision": accelerator.mixed_precision,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }
+    _save_final_model(run)
+    return final_metrics
 
 
-def _save_final_model(
-    run: _Run, tokenizer: PreTrainedTokenizerBase, output_dir: Path, *, apply_lora: bool, merged: bool
-) -> None:
-    accelerator = run.accelerator
+def _save_final_model(run: _Run) -> None:
+    accelerator, output_dir, apply_lora = run.accelerator, run.output_dir, run.spec.apply_lora
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(run.model)
     if accelerator.is_main_process:
         # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
-        save_model_files(unwrapped, tokenizer, output_dir)
+        save_model_files(unwrapped, run.tokenizer, output_dir)
         run.report.log(f"saved the {'LoRA adapter' if apply_lora else 'model'} and tokenizer to {output_dir}")
-        if apply_lora and merged:
+        if apply_lora and run.spec.save_merged_model:
             merged_dir = output_dir / "merged"
             unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
-            tokenizer.save_pretrained(str(merged_dir))
+            run.tokenizer.save_pretrained(str(merged_dir))
             run.report.log(f"saved the model with the adapter merged in to {merged_dir}")
     accelerator.wait_for_everyone()
 
 
-def _write_predictions(
-    run: _Run,
-    data: TokenizedData,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    label_names: list[str] | None,
-    output_dir: Path,
-) -> None:
+def _write_outputs(run: _Run) -> None:
+    """Predictions: GLUE's submission file(s) for the task's test split, and test_file's."""
+    spec = run.spec
+    if spec.do_predict and spec.task_name:
+        write_glue_submission(
+            run.accelerator, run.model, run.tokenizer, spec, run.settings, run.output_dir, run.report.log
+        )
+    if run.data.test is not None:
+        _write_predictions(run)
+
+
+def _write_predictions(run: _Run) -> None:
     """Predictions for test_file, like run_glue.py's predict_results file."""
-    assert data.test is not None
-    accelerator = run.accelerator
-    test = data.test.remove_columns([c for c in data.test.column_names if c == "labels"])
+    assert run.data.test is not None
+    accelerator, spec, label_names = run.accelerator, run.spec, run.raw.label_names
+    test = run.data.test.remove_columns([c for c in run.data.test.column_names if c == "labels"])
     order = None
     if spec.group_eval_by_length:
         test, order = longest_first(test)
-    collate = _collator(tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=None)
+    collate = _collator(run.tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=None)
     dataloader = accelerator.prepare(
         DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
     )
@@ -941,7 +984,7 @@ def _write_predictions(
     restored = torch.cat(outputs)
     logits = (in_row_order(restored, order) if order is not None else restored).numpy()
     if accelerator.is_main_process:
-        path = output_dir / "predict_results.tsv"
+        path = run.output_dir / "predict_results.tsv"
         with path.open("w") as out:
             out.write("index\tprediction\n")
             for index, row in enumerate(logits):
@@ -950,6 +993,26 @@ def _write_predictions(
                 else:
                     out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
         run.report.log(f"wrote {len(logits)} test predictions to {path}")
+
+
+def _summary(run: _Run, final_metrics: dict[str, float]) -> dict[str, Any]:
+    """The run's summary: the job's `result`."""
+    progress, accelerator = run.progress, run.accelerator
+    return {
+        **run.parameter_counts,
+        "completed_steps": progress.completed_steps,
+        "epochs": progress.epoch,
+        "stopped_early": progress.stopped_early,
+        **run.meter.summary(accelerator.unwrap_model(run.model), run.settings.peak_flops),
+        "final_metrics": final_metrics,
+        "best_step": progress.best_step,
+        "model_dir": str(run.output_dir),
+        "tokenized_from_cache": run.data.cache_hit,
+        "num_processes": accelerator.num_processes,
+        "device": str(accelerator.device),
+        "mixed_precision": accelerator.mixed_precision,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 class _MainProcessReporter:

@@ -29,12 +29,7 @@ a job whose own variables include such a one (PYTHONHASHSEED, asked for by
 use_deterministic_algorithms) takes the fresh-interpreter path, as do multi-process jobs (`accelerate
 launch`). GLUEJOBS_WARM_START=false turns the warm start off.
 
-What else a start costs, measured with cProfile in a forked child on the shared 2-core machine
-(bench/warm_start_bench.py has the end-to-end figures): the tokenisation cache's key pickled the
-whole tokenizer, 0.5-0.7 s per job (now remembered per tokenizer folder, worker/data.py);
-transformers built its table of about a thousand weight-renaming regular expressions on the first
-from_pretrained, 0.25-0.5 s (now built once in the template); reading the GLUE file 0.1-0.2 s;
-the cached tokenised rows, the weights and the database round trips tens of milliseconds each.
+What else a start costs, profiled in a forked child: bench/results/warm-start-profile.md.
 
 Torch-free: the worker's parent imports this module; only the template imports torch.
 """

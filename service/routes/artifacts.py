@@ -4,26 +4,25 @@ its artifacts (final model, checkpoints, predictions). Owner only: JobDep answer
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 
 from service.deps import JobDep, SettingsDep
 from service.job_files import confined, list_artifacts, read_log, tar_stream
-from service.schemas import ArtifactList, ArtifactPublic, ErrorResponse
+from service.schemas import ArtifactList, ArtifactPublic
 from shared.errors import NotFound, quote
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 404, 422)}
 ATTEMPT_HEADER = "X-Gluejobs-Attempt"
 
 
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
-    responses={**_ERRORS, 200: {"content": {"text/plain": {}}, "description": "The log text"}},
+    responses={200: {"content": {"text/plain": {}}, "description": "The log text"}},
 )
 def read_job_logs(
     job: JobDep,
@@ -41,7 +40,7 @@ def read_job_logs(
     return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
 
 
-@router.get("/{job_id}/artifacts", response_model=ArtifactList, responses=_ERRORS)
+@router.get("/{job_id}/artifacts", response_model=ArtifactList)
 def read_job_artifacts(job: JobDep, settings: SettingsDep) -> ArtifactList:
     """The files in the job's folder: `model` (the final model or adapter, and tokenizer), `checkpoint`
     (under checkpoints/checkpoint-<step>/), `predictions` (.tsv), `log`, `other`."""
@@ -53,7 +52,6 @@ def read_job_artifacts(job: JobDep, settings: SettingsDep) -> ArtifactList:
     "/{job_id}/artifacts/{path:path}",
     response_class=Response,
     responses={
-        **_ERRORS,
         200: {
             "description": "The file's bytes (JSON files as application/json); a folder as a tar stream",
             "content": {"application/octet-stream": {}, "application/x-tar": {}, "application/json": {}},

@@ -30,13 +30,6 @@ from shared.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorResponse},
-    404: {"model": ErrorResponse},
-    409: {"model": ErrorResponse},
-    422: {"model": ErrorResponse},
-}
-
 # A status name, documented as the enum it is; parsed by _parse_statuses, which also takes the
 # comma-separated form ("queued,running") and names the field in its error.
 StatusName = Annotated[str, WithJsonSchema({"type": "string", "enum": [s.value for s in JobStatus]})]
@@ -74,7 +67,6 @@ def _parse_statuses(values: list[str]) -> list[JobStatus]:
     status_code=status.HTTP_201_CREATED,
     response_model=JobPublic | JobPlan,
     responses={
-        **_ERRORS,
         200: {
             "model": JobPublic | JobPlan,
             "description": "dry_run=true: the plan, nothing stored; or a repeated Idempotency-Key: the "
@@ -139,7 +131,7 @@ def create_job(
     return JobPublic.model_validate(job)
 
 
-@router.get("", response_model=Page[JobPublic], responses=_ERRORS)
+@router.get("", response_model=Page[JobPublic])
 def read_jobs(
     session: SessionDep,
     principal: PrincipalDep,
@@ -163,7 +155,7 @@ def read_jobs(
     return _page([JobPublic.model_validate(j) for j in jobs], [j.id for j in jobs], has_more)
 
 
-@router.get("/{job_id}", response_model=JobPublic, responses=_ERRORS)
+@router.get("/{job_id}", response_model=JobPublic)
 def read_job(job: JobDep, session: SessionDep) -> JobPublic:
     """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics, its
     reproducibility record; a rerun also says whether it reproduced the original's metrics."""
@@ -176,7 +168,10 @@ def read_job(job: JobDep, session: SessionDep) -> JobPublic:
 
 
 @router.post(
-    "/{job_id}/rerun", status_code=status.HTTP_201_CREATED, response_model=JobPublic, responses=_ERRORS
+    "/{job_id}/rerun",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={409: {"model": ErrorResponse}},
 )
 def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: DataScopeDep) -> JobPublic:
     """Queue the job's exact spec again (same seed), to check that its result can be repeated.
@@ -208,7 +203,6 @@ def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: Da
     "/{job_id}/cancel",
     response_model=JobPublic,
     responses={
-        **_ERRORS,
         202: {"model": JobPublic, "description": "Running: the worker will stop it"},
         409: {"model": ErrorResponse},
     },
@@ -224,7 +218,7 @@ def cancel_job(job: JobDep, session: SessionDep, principal: PrincipalDep, respon
     return JobPublic.model_validate(cancelled)
 
 
-@router.get("/{job_id}/metrics", response_model=Page[MetricPublic], responses=_ERRORS)
+@router.get("/{job_id}/metrics", response_model=Page[MetricPublic])
 def read_job_metrics(
     job: JobDep,
     session: SessionDep,
@@ -240,14 +234,14 @@ def read_job_metrics(
     return _page([MetricPublic.model_validate(r) for r in rows], [r.id for r in rows], has_more)
 
 
-@router.get("/{job_id}/checkpoints", response_model=CheckpointList, responses=_ERRORS)
+@router.get("/{job_id}/checkpoints", response_model=CheckpointList)
 def read_job_checkpoints(job: JobDep, session: SessionDep) -> CheckpointList:
     """The job's saved checkpoints (those save_total_limit kept), oldest first."""
     rows = jobs_repo.list_checkpoints(session, job_id=job.id)
     return CheckpointList(data=[CheckpointPublic.model_validate(r) for r in rows])
 
 
-@router.get("/{job_id}/events", response_model=Page[EventPublic], responses=_ERRORS)
+@router.get("/{job_id}/events", response_model=Page[EventPublic])
 def read_job_events(job: JobDep, session: SessionDep, after: After = None, limit: RowLimit = 1000) -> dict:
     """State changes and log lines, oldest first; poll with `after=<next_cursor>`."""
     rows, has_more = jobs_repo.list_events(session, job_id=job.id, after=after, limit=limit)

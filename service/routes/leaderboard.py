@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas import ErrorResponse, Leaderboard
+from service.schemas import Leaderboard
 from shared import jobs_repo
 from shared.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
 from shared.errors import InvalidRequest
@@ -21,9 +21,7 @@ from shared.tasks import TASKS
 router = APIRouter(prefix="/leaderboard", tags=["leaderboard"])
 
 
-@router.get(
-    "", response_model=Leaderboard, responses={401: {"model": ErrorResponse}, 422: {"model": ErrorResponse}}
-)
+@router.get("", response_model=Leaderboard)
 def read_leaderboard(
     session: SessionDep,
     settings: SettingsDep,

@@ -31,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.deps import JobDep, SettingsDep, get_database
 from service.job_files import new_log_pieces
-from service.schemas import CheckpointPublic, ErrorResponse, EventPublic, MetricPublic
+from service.schemas import CheckpointPublic, EventPublic, MetricPublic
 from shared import jobs_repo
 from shared.db import Database
 from shared.errors import InvalidRequest
@@ -46,7 +46,6 @@ RETRY_MS = 2000  # how long a browser's EventSource waits before it reconnects
 PAGE_ROWS = 1000
 OUTAGE_POLL_CAP_S = 5.0  # while the database is away, polls back off up to this
 LAST_EVENT_ID = "Last-Event-ID"
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 404, 422)}
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,6 @@ def _resume_from(
     "/{job_id}/stream",
     response_class=EventSourceResponse,
     responses={
-        **_ERRORS,
         200: {"description": "text/event-stream of metric, checkpoint, status, event, log"},
     },
 )

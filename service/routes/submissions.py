@@ -56,8 +56,7 @@ def parse_job_ids(values: list[str]) -> list[int]:
     response_class=Response,
     responses={
         200: {"content": {"application/zip": {}}, "description": "submission.zip for gluebenchmark.com"},
-        404: {"model": ErrorResponse},
-        422: {"model": ErrorResponse},
+        404: {"model": ErrorResponse},  # a job of the list: the path has no id for the shared 404
     },
 )
 def read_submission(

@@ -15,12 +15,6 @@ from shared.sweeps import resolve_sweep
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorResponse},
-    404: {"model": ErrorResponse},
-    422: {"model": ErrorResponse},
-}
-
 
 def sweep_public(sweep: Sweep, jobs: list[Job], *, results: dict[str, Any] | None = None) -> SweepPublic:
     return SweepPublic.model_validate(
@@ -43,7 +37,7 @@ def sweep_public(sweep: Sweep, jobs: list[Job], *, results: dict[str, Any] | Non
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic, responses=_ERRORS)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
 def create_sweep(
     body: SweepCreate,
     session: SessionDep,
@@ -71,7 +65,7 @@ def create_sweep(
     return sweep_public(sweep, created)
 
 
-@router.get("", response_model=Page[SweepPublic], responses=_ERRORS)
+@router.get("", response_model=Page[SweepPublic])
 def read_sweeps(
     session: SessionDep,
     principal: PrincipalDep,
@@ -91,7 +85,7 @@ def read_sweeps(
     }
 
 
-@router.get("/{sweep_id}", response_model=SweepPublic, responses=_ERRORS)
+@router.get("/{sweep_id}", response_model=SweepPublic)
 def read_sweep(sweep: SweepDep, session: SessionDep) -> SweepPublic:
     """The sweep's status and, per configuration, median/mean/std/min/max over seeds of every
     evaluation metric at the best and the final evaluation; the winning configuration."""
@@ -106,7 +100,6 @@ def read_sweep(sweep: SweepDep, session: SessionDep) -> SweepPublic:
     "/{sweep_id}/cancel",
     response_model=SweepPublic,
     responses={
-        **_ERRORS,
         202: {"model": SweepPublic, "description": "Some jobs were running: their workers will stop them"},
         409: {"model": ErrorResponse},
     },

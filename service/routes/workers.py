@@ -12,13 +12,13 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas import ErrorResponse, WorkersPublic
+from service.schemas import WorkersPublic
 from shared import jobs_repo
 
 router = APIRouter(prefix="/workers", tags=["workers"])
 
 
-@router.get("", response_model=WorkersPublic, responses={401: {"model": ErrorResponse}})
+@router.get("", response_model=WorkersPublic)
 def read_workers(session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> dict[str, Any]:
     """Workers heard from in the last day, newest first: host, pid, devices, version, state (idle,
     busy, draining, stopped, or gone once a lease passed without a heartbeat) and current jobs."""

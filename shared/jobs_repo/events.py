@@ -1,0 +1,76 @@
+"""A job's events, and its status changes: each written with the event that says so."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from shared.models import Job, JobEvent, JobStatus, utcnow
+
+STATE = "state"
+LOG = "log"
+CHECKPOINT = "checkpoint"
+
+
+def _transition(
+    session: Session,
+    job: Job,
+    to: JobStatus,
+    message: str,
+    *,
+    now: datetime | None = None,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+    attempt: int | None = None,
+) -> None:
+    """Move `job` (locked by the caller, inside its write transaction) to status `to`, and write the
+    state event that says so (the live stream and the clients read the status from it). Every
+    status change is written here; the claim's single UPDATE statement makes its change itself and
+    calls this for the event. A finished job gets its finished_at."""
+    job.status = to
+    if to.is_terminal:
+        job.finished_at = now or utcnow()
+    event = {"status": to, **(data or {})}
+    _event(session, job.id, STATE, message, level=level, data=event, attempt=attempt)
+
+
+def _event(
+    session: Session,
+    job_id: int,
+    kind: str,
+    message: str,
+    *,
+    level: str = "info",
+    data: dict[str, Any] | None = None,
+    attempt: int | None = None,
+    dedup_key: str | None = None,
+) -> None:
+    # The job's row lock first (a no-op where the caller holds it): one job's events then commit in
+    # id order on Postgres too, so a cursor (`after=`, the live stream) never steps over an event
+    # that commits late. SQLite's single writer gives that order anyway.
+    session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    row = {
+        "job_id": job_id,
+        "kind": kind,
+        "level": level,
+        "message": message,
+        "data": data,
+        "created_at": utcnow(),
+        "attempt": attempt,
+        "dedup_key": dedup_key,
+    }
+    if dedup_key is None:
+        session.add(JobEvent(**row))
+        return
+    insert = _insert_for(session)(JobEvent).values(row)
+    session.execute(insert.on_conflict_do_nothing(index_elements=["job_id", "dedup_key"]))
+
+
+def _insert_for(session: Session) -> Any:
+    """The dialect's INSERT, which knows ON CONFLICT (SQLite and Postgres spell it the same)."""
+    bind = session.get_bind()
+    return postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert

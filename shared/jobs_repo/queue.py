@@ -1,0 +1,279 @@
+"""The queue, as workers use it: claim, heartbeat, record the outcome, recover expired leases."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from shared.db import read, write
+from shared.jobs_repo.claims import Claim, _current, _held_by
+from shared.jobs_repo.events import _transition
+from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
+from shared.resilience import retry_delay_s
+
+
+def queued_wider_than(session: Session, *, processes: int) -> list[int]:
+    """Ids of queued jobs that need more than `processes` devices: a worker that holds fewer can
+    never run them (it says so rather than leave them waiting unexplained)."""
+    with read(session):
+        return list(
+            session.scalars(
+                select(Job.id)
+                .where(Job.status == JobStatus.queued, Job.num_processes > processes)
+                .order_by(Job.id)
+                .limit(20)
+            )
+        )
+
+
+def claim_next(
+    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+) -> Job | None:
+    """Claim the next claimable job (priority, then age) in one atomic statement, or None.
+
+    A job is claimable when queued and past its `not_before` (a retry's backoff). With
+    max_processes (the worker's free devices or CPU slots), only a job whose num_processes fits is
+    claimed; a bigger one waits for a worker with that many free.
+
+    Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
+    SQLite a write transaction would serialise against the API's writes). Then Postgres picks the
+    row with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job without
+    waiting; SQLite runs the statement under its single write lock. Both re-check the status.
+    """
+    now = utcnow()
+    claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
+    if max_processes is not None:
+        claimable.append(Job.num_processes <= max_processes)
+    with read(session):
+        candidate = session.scalars(select(Job.id).where(*claimable).limit(1)).first()
+    if candidate is None:
+        return None
+    next_id = (
+        select(Job.id)
+        .where(*claimable)
+        .order_by(Job.priority.desc(), Job.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    statement = (
+        update(Job)
+        .where(Job.id == next_id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.running,
+            worker_id=worker_id,
+            attempts=Job.attempts + 1,
+            started_at=func.coalesce(Job.started_at, now),
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            updated_at=now,
+            not_before=None,
+        )
+        .returning(Job)
+        .execution_options(synchronize_session=False)
+    )
+    with write(session):
+        job = session.scalars(statement).one_or_none()
+        if job is not None:  # the statement made the change: this writes its event
+            _transition(
+                session,
+                job,
+                JobStatus.running,
+                f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
+                data={"worker_id": worker_id, "attempt": job.attempts},
+                attempt=job.attempts,
+            )
+    return job
+
+
+def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
+    """Whether a queued job (that fits) waits for its retry backoff: a worker draining the queue
+    (--exit-when-idle) waits for it rather than leave it behind."""
+    query = select(Job.id).where(Job.status == JobStatus.queued, Job.not_before > utcnow())
+    if max_processes is not None:
+        query = query.where(Job.num_processes <= max_processes)
+    with read(session):
+        return session.scalars(query.limit(1)).first() is not None
+
+
+def heartbeat(session: Session, *, claim: Claim, lease_s: float) -> JobStatus | None:
+    """Renew the lease; the job's status, or None when this claim is no longer the job's.
+
+    One UPDATE (no row read first): the worker beats every few seconds for each job it runs."""
+    now = utcnow()
+    with write(session):
+        status = session.scalars(
+            update(Job)
+            .where(*_held_by(claim))
+            .values(lease_expires_at=now + timedelta(seconds=lease_s))
+            .returning(Job.status)
+        ).one_or_none()
+        session.execute(update(Worker).where(Worker.id == claim.worker_id).values(last_heartbeat_at=now))
+    return status
+
+
+def set_output_dir(
+    session: Session, *, claim: Claim, output_dir: str, devices: Sequence[str] | None = None
+) -> None:
+    """Where the attempt writes, and the devices it holds (CUDA indices or CPU slots)."""
+    values: dict[str, Any] = {"output_dir": output_dir}
+    if devices is not None:
+        values["devices"] = list(devices)
+    with write(session):
+        session.execute(update(Job).where(*_held_by(claim)).values(**values))
+
+
+def finish_job(
+    session: Session,
+    *,
+    claim: Claim,
+    status: JobStatus,
+    error: str | None = None,
+    result: dict[str, Any] | None = None,
+    error_code: ErrorCode | None = None,
+) -> bool:
+    """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
+    with write(session):
+        job = _current(session, claim)
+        if job is None:
+            return False
+        job.lease_expires_at, job.error = None, error
+        job.error_code = error_code if status == JobStatus.failed else None
+        if result is not None:
+            job.result = result
+        code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
+        _transition(
+            session,
+            job,
+            status,
+            f"job {status}{code}" + (f": {error}" if error else ""),
+            level="error" if status == JobStatus.failed else "info",
+            data={"error_code": code.strip(" []") or None},
+        )
+    return True
+
+
+def fail_job(
+    session: Session,
+    *,
+    claim: Claim,
+    error_code: ErrorCode,
+    error: str,
+    retry_base_s: float,
+    retry_cap_s: float,
+) -> JobStatus | None:
+    """A failed attempt: `_requeue_or_fail` decides whether it is tried again. The job keeps the
+    error and its code either way. The job's status after it, or None when the claim was lost."""
+    with write(session):
+        job = _current(session, claim)
+        if job is None:
+            return None
+        first_line = error.splitlines()[0] if error else ""
+        _requeue_or_fail(
+            session,
+            job,
+            error_code=error_code,
+            error=error,
+            cause=f"attempt {claim.attempt} failed [{error_code}]: {first_line}",
+            now=utcnow(),
+            retry_base_s=retry_base_s,
+            retry_cap_s=retry_cap_s,
+        )
+        return job.status
+
+
+def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
+    """Put a job this worker holds back in the queue without spending an attempt (worker shutdown)."""
+    with write(session):
+        job = _current(session, claim, statuses=(JobStatus.running,))
+        if job is None:
+            return False
+        job.worker_id, job.lease_expires_at, job.attempts = None, None, job.attempts - 1
+        _transition(session, job, JobStatus.queued, f"job requeued: {reason}")
+    return True
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    job_id: int
+    requeued: bool
+
+
+def recover_expired_leases(
+    session: Session, *, now: datetime | None = None, retry_base_s: float = 0.0, retry_cap_s: float = 0.0
+) -> list[ExpiredLease]:
+    """Jobs whose worker stopped heartbeating end their attempt as worker_lost (`_requeue_or_fail`):
+    back to the queue while attempts remain, else failed; a job being cancelled is cancelled.
+    With nothing expired, only a read is made (no write lock)."""
+    now = now or utcnow()
+    outcomes: list[ExpiredLease] = []
+    expired = (Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
+    with read(session):
+        if session.scalars(select(Job.id).where(*expired).limit(1)).first() is None:
+            return outcomes
+    with write(session):
+        stale = session.scalars(select(Job).where(*expired).with_for_update(skip_locked=True)).all()
+        for job in stale:
+            lost = f"worker {job.worker_id} stopped renewing its lease"
+            _requeue_or_fail(
+                session,
+                job,
+                error_code=ErrorCode.worker_lost,
+                error=lost,
+                cause=lost,
+                now=now,
+                retry_base_s=retry_base_s,
+                retry_cap_s=retry_cap_s,
+            )
+            job.worker_id = None  # no worker holds it, whichever way it went
+            outcomes.append(ExpiredLease(job.id, job.status == JobStatus.queued))
+    return outcomes
+
+
+def _requeue_or_fail(
+    session: Session,
+    job: Job,
+    *,
+    error_code: ErrorCode,
+    error: str,
+    cause: str,
+    now: datetime,
+    retry_base_s: float,
+    retry_cap_s: float,
+) -> None:
+    """The end of an attempt that failed or was lost (inside the caller's write transaction, `job`
+    locked). A cancel requested meanwhile wins: the job is cancelled. Else, when the cause lies
+    outside the job (error_code.retryable) and attempts remain, it is queued again, claimable after
+    an exponential backoff (`not_before`), and the next attempt resumes from the newest checkpoint.
+    Else it fails for good. `cause` says in the events why the attempt ended."""
+    job.error, job.error_code, job.lease_expires_at = error, error_code, None
+    if job.status == JobStatus.cancelling:
+        _transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
+    elif error_code.retryable and job.attempts < job.max_attempts:
+        delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
+        job.worker_id = None
+        job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
+        _transition(
+            session,
+            job,
+            JobStatus.queued,
+            f"{cause}; retrying in {delay:.0f}s from the newest checkpoint",
+            level="warning",
+            data={"error_code": error_code, "retry_in_s": delay},
+        )
+    else:
+        if error_code.retryable:
+            job.error = f"{error}, and all {job.max_attempts} attempts are spent"
+        _transition(
+            session,
+            job,
+            JobStatus.failed,
+            f"job failed [{error_code}]: {job.error}",
+            level="error",
+            data={"error_code": error_code},
+            now=now,
+        )

@@ -1,0 +1,131 @@
+"""Reading a job's rows with cursors (the API's pages and live stream): each page is an index range
+scan, whatever the job's size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, cast, literal, null, select, union_all
+from sqlalchemy.orm import Session
+
+from shared.db import read
+from shared.models import Checkpoint, JobEvent, JobMetric
+
+
+def list_metrics(
+    session: Session,
+    *,
+    job_id: int,
+    after: int | None = None,
+    limit: int = 1000,
+    split: str | None = None,
+    name: str | None = None,
+) -> tuple[list[JobMetric], bool]:
+    query = select(JobMetric).where(JobMetric.job_id == job_id).order_by(JobMetric.id).limit(limit + 1)
+    if after is not None:
+        query = query.where(JobMetric.id > after)
+    if split is not None:
+        query = query.where(JobMetric.split == split)
+    if name is not None:
+        query = query.where(JobMetric.name == name)
+    with read(session):
+        rows = list(session.scalars(query))
+    return rows[:limit], len(rows) > limit
+
+
+def list_events(
+    session: Session, *, job_id: int, after: int | None = None, limit: int = 1000
+) -> tuple[list[JobEvent], bool]:
+    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id).limit(limit + 1)
+    if after is not None:
+        query = query.where(JobEvent.id > after)
+    with read(session):
+        rows = list(session.scalars(query))
+    return rows[:limit], len(rows) > limit
+
+
+def list_checkpoints(session: Session, *, job_id: int) -> list[Checkpoint]:
+    with read(session):
+        return list(
+            session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
+        )
+
+
+@dataclass(frozen=True)
+class StreamPage:
+    """A job's metric rows and events after two cursors, each in id order; `full` when either side
+    filled its limit (more rows are waiting)."""
+
+    metrics: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    full: bool
+
+
+def read_stream_page(
+    session: Session, *, job_id: int, after_metric: int, after_event: int, limit: int = 1000
+) -> StreamPage:
+    """What the live stream sends next: ONE statement, a UNION ALL of two index range scans
+    (job_metrics and job_events by (job_id, id)), so a poll costs the same however many rows the job
+    has. The two sides share one column list; each fills the columns of the other with typed NULLs
+    (typed, so that Postgres can unite them and the JSON column is decoded on both databases)."""
+    statement = stream_statement(
+        job_id=job_id, after_metric=after_metric, after_event=after_event, limit=limit
+    )
+    with read(session):
+        rows = session.execute(statement).mappings().all()
+    metric_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "epoch", "step", "split", "name", "value", "created_at")}
+            for r in rows
+            if r["source"] == "metric"
+        ),
+        key=lambda r: r["id"],
+    )
+    event_rows = sorted(
+        (
+            {k: r[k] for k in ("id", "created_at", "kind", "level", "message", "data")}
+            for r in rows
+            if r["source"] == "event"
+        ),
+        key=lambda r: r["id"],
+    )
+    return StreamPage(metric_rows, event_rows, full=len(metric_rows) >= limit or len(event_rows) >= limit)
+
+
+def stream_statement(*, job_id: int, after_metric: int, after_event: int, limit: int) -> Any:
+    """The UNION ALL that read_stream_page runs (its own function, so a test can EXPLAIN it)."""
+    metric_columns = (JobMetric.epoch, JobMetric.step, JobMetric.split, JobMetric.name, JobMetric.value)
+    event_columns = (JobEvent.kind, JobEvent.level, JobEvent.message, JobEvent.data)
+    metrics = select(
+        literal("metric").label("source"),
+        JobMetric.id,
+        JobMetric.created_at,
+        *metric_columns,
+        *_typed_nulls(event_columns),
+    )
+    events = select(
+        literal("event").label("source"),
+        JobEvent.id,
+        JobEvent.created_at,
+        *_typed_nulls(metric_columns),
+        *event_columns,
+    )
+    return union_all(
+        select(_after(metrics, JobMetric, job_id=job_id, after=after_metric, limit=limit)),
+        select(_after(events, JobEvent, job_id=job_id, after=after_event, limit=limit)),
+    )
+
+
+def _typed_nulls(columns: tuple[Any, ...]) -> list[Any]:
+    """NULLs in the other side's columns, typed like them (so that Postgres can unite the two sides
+    and the JSON column is decoded on both databases)."""
+    return [cast(null(), column.type).label(column.key) for column in columns]
+
+
+def _after(
+    query: Select[Any], model: type[JobMetric] | type[JobEvent], *, job_id: int, after: int, limit: int
+) -> Any:
+    """`query`'s first `limit` rows of the job after the cursor `after`, in id order: an index range
+    scan of (job_id, id)."""
+    return query.where(model.job_id == job_id, model.id > after).order_by(model.id).limit(limit).subquery()

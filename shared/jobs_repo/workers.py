@@ -1,0 +1,140 @@
+"""Workers: registration, liveness, and the view GET /v1/workers gives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from shared.db import read, write
+from shared.models import ACTIVE_STATUSES, Job, Worker, WorkerState, utcnow
+
+# A worker that has not heartbeated for this long is gone from GET /v1/workers (and its row deleted).
+WORKER_RETENTION_S = 24 * 3600.0
+
+
+def register_worker(
+    session: Session,
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    devices: Sequence[str] = (),
+    version: str | None = None,
+) -> None:
+    now = utcnow()
+    with write(session):
+        session.merge(
+            Worker(
+                id=worker_id,
+                host=host,
+                pid=pid,
+                devices=list(devices),
+                version=version,
+                state=WorkerState.idle,
+                started_at=now,
+                last_heartbeat_at=now,
+            )
+        )
+
+
+def touch_worker(session: Session, *, worker_id: str, state: WorkerState | None = None) -> None:
+    """The worker is alive (and, with `state`, idle, busy or draining)."""
+    values: dict[str, Any] = {"last_heartbeat_at": utcnow()}
+    if state is not None:
+        values["state"] = state
+    with write(session):
+        session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
+
+
+def worker_stopped(session: Session, *, worker_id: str) -> None:
+    with write(session):
+        session.execute(
+            update(Worker).where(Worker.id == worker_id).values(stopped_at=utcnow(), state="stopped")
+        )
+
+
+def prune_workers(session: Session, *, now: datetime | None = None) -> int:
+    """Delete workers not heard from for WORKER_RETENTION_S; how many. A read first: usually there
+    are none, and then no write lock is taken."""
+    cutoff = (now or utcnow()) - timedelta(seconds=WORKER_RETENTION_S)
+    with read(session):
+        if (
+            session.scalars(select(Worker.id).where(Worker.last_heartbeat_at < cutoff).limit(1)).first()
+            is None
+        ):
+            return 0
+    with write(session):
+        deleted = session.execute(
+            delete(Worker).where(Worker.last_heartbeat_at < cutoff).returning(Worker.id)
+        ).all()
+    return len(deleted)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A worker as GET /v1/workers shows it: state "gone" when it stopped heartbeating for a lease
+    without saying goodbye (derived, never stored); its current jobs."""
+
+    id: str
+    host: str
+    pid: int
+    version: str | None
+    devices: list[str]
+    state: str
+    started_at: datetime
+    last_heartbeat_at: datetime
+    stopped_at: datetime | None
+    jobs: list[dict[str, Any]]
+
+
+def list_workers(
+    session: Session, *, lease_s: float, owner: str | None = None, now: datetime | None = None
+) -> list[WorkerView]:
+    """Workers heard from within WORKER_RETENTION_S, newest first, each with the jobs it holds
+    (with `owner`, only that owner's jobs: the workers are shared, the jobs are not)."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=WORKER_RETENTION_S)
+    with read(session):
+        workers = list(
+            session.scalars(
+                select(Worker).where(Worker.last_heartbeat_at >= cutoff).order_by(Worker.started_at.desc())
+            )
+        )
+        query = (
+            select(Job.worker_id, Job.id, Job.attempts, Job.status, Job.devices)
+            .where(Job.worker_id.in_([w.id for w in workers]), Job.status.in_(ACTIVE_STATUSES))
+            .order_by(Job.id)
+        )
+        if owner is not None:
+            query = query.where(Job.owner == owner)
+        held = session.execute(query).all()
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    for worker_id, job_id, attempt, status, devices in held:
+        jobs.setdefault(worker_id or "", []).append(
+            {"id": job_id, "attempt": attempt, "status": status, "devices": devices}
+        )
+    views = []
+    for w in workers:
+        state = w.state
+        if state != WorkerState.stopped and w.last_heartbeat_at < now - timedelta(seconds=lease_s):
+            state = "gone"
+        views.append(
+            WorkerView(
+                id=w.id,
+                host=w.host,
+                pid=w.pid,
+                version=w.version,
+                devices=list(w.devices or []),
+                state=state,
+                started_at=w.started_at,
+                last_heartbeat_at=w.last_heartbeat_at,
+                stopped_at=w.stopped_at,
+                jobs=jobs.get(w.id, []),
+            )
+        )
+    return views

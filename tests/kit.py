@@ -1,0 +1,63 @@
+"""The real things the tests use, by name: the repository, the GLUE kit beside it, the Postgres,
+the tiny models conftest.py builds, and a small MNLI folder in GLUE's layout.
+
+Test modules import these from here (never from conftest.py or from another test module)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# The kit beside the repository (CI has it at the same relative path).
+GLUE_DATA = REPO.parent / "shared" / "glue_data"
+POSTGRES_URL = os.environ.get(
+    "GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+SKIP_POSTGRES = os.environ.get("GLUEJOBS_TEST_SKIP_POSTGRES") == "1"
+TINY_MODEL = "tiny-bert"
+# Tiny models of the families microsoft/LoRA's GLUE configs fine-tune (roberta-base, deberta-v2-xxlarge).
+TINY_ROBERTA = "tiny-roberta"
+TINY_DEBERTA_V2 = "tiny-deberta-v2"
+# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint.
+QUICK_JOB = {
+    "model_name_or_path": TINY_MODEL,
+    "task_name": "sst2",
+    "max_train_samples": 32,
+    "max_eval_samples": 16,
+    "per_device_train_batch_size": 16,
+    "num_train_epochs": 1,
+    "save_strategy": "no",
+    "eval_strategy": "no",
+}
+
+MNLI_HEADER = (
+    "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+    "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label"
+)
+MNLI_ROWS = [
+    ("A man is playing a guitar on stage.", "A man is performing music.", "entailment"),
+    ("A man is playing a guitar on stage.", "The man is asleep at home.", "contradiction"),
+    ("A man is playing a guitar on stage.", "The man is a famous musician.", "neutral"),
+    ("Two dogs run through the snow.", "Animals are outside.", "entailment"),
+    ("Two dogs run through the snow.", "The dogs are sleeping indoors.", "contradiction"),
+    ("Two dogs run through the snow.", "The dogs belong to a farmer.", "neutral"),
+    ("The committee approved the budget on Monday.", "The budget was approved.", "entailment"),
+    ("The committee approved the budget on Monday.", "The committee rejected the budget.", "contradiction"),
+    ("The committee approved the budget on Monday.", "The vote was unanimous.", "neutral"),
+    ("A child is reading a book in the library.", "A kid is reading.", "entailment"),
+    ("A child is reading a book in the library.", "The child is swimming.", "contradiction"),
+    ("A child is reading a book in the library.", "The book is about dinosaurs.", "neutral"),
+]
+
+
+def write_mnli(folder: Path, genre: str = "fiction") -> None:
+    folder.mkdir(parents=True)
+    for name, repeat in (("train.tsv", 4), ("dev_matched.tsv", 1), ("dev_mismatched.tsv", 1)):
+        lines = [MNLI_HEADER]
+        for i, (premise, hypothesis, label) in enumerate(MNLI_ROWS * repeat):
+            lines.append(
+                f"{i}\t{i}\t{i}{label[0]}\t{genre}\t( x )\t( y )\t(ROOT x)\t(ROOT y)\t"
+                f"{premise}\t{hypothesis}\t{label}\t{label}"
+            )
+        (folder / name).write_text("\n".join(lines) + "\n")

@@ -1,0 +1,136 @@
+"""The import graph, read from the source with ast: no two modules import each other (directly or
+round a longer circle), the layers point down only, and no test module imports another.
+
+Every import statement counts, those inside functions too: a lazy import that closes a circle still
+makes two modules that cannot be read, or changed, apart. A package's own __init__ is not an edge of
+its modules (Python imports it first; that is not a circle of the code's making).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.kit import REPO
+
+PACKAGES = ("gluejobs", "service", "worker", "shared", "bench", "tests")
+# Which of the project's layers each may import (README: service/ never imports torch; service/
+# and worker/ never import each other; shared/ imports neither; gluejobs/ sits on top).
+MAY_IMPORT = {
+    "shared": {"shared"},
+    "service": {"shared", "service"},
+    "worker": {"shared", "worker"},
+    "gluejobs": {"gluejobs", "shared", "service", "worker"},
+}
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports (anywhere in its file)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from a import b` imports the module a.b when there is one, else a name of a.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]  # `import a.b.c` of a package: its deepest module
+            if target and target != name and not name.startswith(f"{target}."):
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_check_finds_a_circle_and_follows_relative_and_lazy_imports(tmp_path: Path) -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    modules = {"pkg": tmp_path / "pkg" / "__init__.py", "pkg.one": tmp_path / "pkg" / "one.py"}
+    modules["pkg.two"] = tmp_path / "pkg" / "two.py"
+    modules["pkg.one"].parent.mkdir()
+    modules["pkg.one"].write_text("def later():\n    from . import two\n")
+    modules["pkg.two"].write_text("from pkg.one import later\nimport pkg\n")
+    assert imports_of("pkg.one", modules["pkg.one"], modules) == {"pkg.two"}
+    assert imports_of("pkg.two", modules["pkg.two"], modules) == {"pkg.one"}  # not its own package
+
+
+def test_the_layers_import_only_downwards() -> None:
+    wrong = {
+        (name, target)
+        for name, targets in import_graph().items()
+        for target in targets
+        if (layer := name.split(".")[0]) in MAY_IMPORT and target.split(".")[0] not in MAY_IMPORT[layer]
+    }
+    assert wrong == set()
+
+
+def test_no_test_module_imports_another() -> None:
+    """Test modules share fixtures through conftest.py and helpers through helper modules
+    (tests/e2e.py, tests/kit.py, tests/runs.py …): a test module imported elsewhere would run its
+    tests, and collect its fixtures, twice."""
+    graph = import_graph()
+    test_modules = {
+        name for name in graph if name.split(".")[-1].startswith("test_") or name == "tests.conftest"
+    }
+    assert {(name, target) for name in graph for target in graph[name] if target in test_modules} == set()
