@@ -282,3 +282,35 @@ class IdempotencyKey(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Owner(Base):
+    """A person or a team: what jobs, sweeps, files and keys belong to (`owner` columns hold its name).
+
+    Rows are made on first use (an owner's first key, or a quota an admin sets); the `owner` columns
+    of jobs and sweeps are plain names rather than foreign keys, so that a job outlives its owner's
+    row and reads never join. Per-owner scheduling settings (share, quotas) are columns of this row.
+    """
+
+    __tablename__ = "owners"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class AuditEntry(Base):
+    """Who changed what outside a job's own life: keys created, revoked and rotated, quotas and
+    shares set. A job's own history (created, cancelled, rerun — and by whom) is in its events."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The owner acting (None: the operator, through configuration or the command line).
+    actor: Mapped[str | None] = mapped_column(String(64))
+    # The id of the key that acted, when it was a key stored in the database.
+    actor_key_id: Mapped[int | None] = mapped_column(BigId)
+    action: Mapped[str] = mapped_column(String(64))  # "key.create", "key.revoke", "quota.set" …
+    target: Mapped[str] = mapped_column(String(255))  # what it acted on: "key 12", "owner alice" …
+    data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # never a secret
