@@ -12,6 +12,10 @@ from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+# How long a new Postgres connection may take. Without it, a database host that silently drops
+# packets holds each request (and each worker round trip) for the kernel's TCP timeout — minutes —
+# instead of answering 503 and retrying. `?connect_timeout=S` in the URL overrides it.
+POSTGRES_CONNECT_TIMEOUT_S = 10
 # Execution option that asks SQLite for the write lock up front (BEGIN IMMEDIATE), so a write
 # transaction waits for the lock instead of failing half-way with "database is locked".
 WRITE_OPTION = "gluejobs_write"
@@ -24,6 +28,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if sa_url.drivername == "postgresql":
         # psycopg 3 is the driver we install; plain postgresql:// would look for psycopg2.
         sa_url = sa_url.set(drivername="postgresql+psycopg")
+    if "connect_timeout" not in sa_url.query:
+        kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", POSTGRES_CONNECT_TIMEOUT_S)
     return create_engine(sa_url, pool_pre_ping=True, **kwargs)
 
 
