@@ -18,6 +18,7 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.errors import NotFound
 from shared.models import ErrorCode
+from tests.dbutil import claimed
 from worker import checkpoints
 from worker.health import DatabaseWatch
 from worker.liveness import watch_worker
@@ -108,13 +109,14 @@ def test_the_database_watch_tells_whether_the_last_round_trip_reached_the_databa
     assert not watch.reachable  # nothing has told yet
     with watch.session() as session:
         job = jobs_repo.create_job(session, spec={"model_name_or_path": "m", "task_name": "sst2"})
+        claim = claimed(session, job.id)
     assert watch.reachable
 
     holder = sqlite3.connect(str(make_url(db_url).database), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the write lock, held past the busy timeout
     try:
         with pytest.raises(OperationalError, match="locked"), watch.session() as session:
-            jobs_repo.add_event(session, job_id=job.id, message="waits for the lock")
+            jobs_repo.add_event(session, job_id=job.id, message="waits for the lock", claim=claim)
         assert not watch.reachable
     finally:
         holder.execute("ROLLBACK")

@@ -22,6 +22,8 @@ from sqlalchemy import create_engine, make_url, text
 
 from shared import jobs_repo
 from shared.db import Database
+from shared.models import JobStatus
+from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL
 from tests.observe_helpers import read_sse
@@ -90,11 +92,13 @@ def test_an_outage_costs_503s_and_nothing_else(db_url: str, settings_factory: An
     log = tmp_path / "api.log"
     with api_process(settings, log=log) as (client, _):
         job = client.post("/v1/jobs", json={"spec": SPEC}).json()
+        with db.session() as session:  # the events are written as the job's process would
+            claim = claimed(session, job["id"])
 
         def add_events(first: int, count: int) -> None:
             with db.session() as session:
                 for n in range(first, first + count):
-                    jobs_repo.add_event(session, job_id=job["id"], message=f"row {n}")
+                    jobs_repo.add_event(session, job_id=job["id"], message=f"row {n}", claim=claim)
 
         streamed: list[Any] = []
         stream_error: list[BaseException] = []
@@ -135,7 +139,9 @@ def test_an_outage_costs_503s_and_nothing_else(db_url: str, settings_factory: An
         for thread in threads:
             thread.join(120)
         add_events(6, 5)
-        assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200  # ends the stream
+        assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 202  # cancelling
+        with db.session() as session:  # the worker stops the job, which ends the stream
+            assert jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         reader.join(60)
         # The end of the outage is logged at the first success after a quiet spell.
         wait_for(
