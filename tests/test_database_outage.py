@@ -7,19 +7,16 @@ writers; its readers go on)."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, make_url, text
 
+from bench.outages import outage
 from shared import jobs_repo
 from shared.db import Database
 from shared.models import JobStatus
@@ -32,38 +29,6 @@ OUTAGE_S = 5.0
 REQUESTS = 200
 THREADS = 4
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-@contextmanager
-def postgres_outage(url: str) -> Iterator[None]:
-    name = make_url(url).database
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :n AND pid <> pg_backend_pid()"
-                ),
-                {"n": name},
-            )
-        yield
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
-        admin.dispose()
-
-
-@contextmanager
-def sqlite_outage(url: str) -> Iterator[None]:
-    holder = sqlite3.connect(str(make_url(url).database), isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
 
 
 def mixed_requests(job_id: int) -> list[tuple[str, str, dict[str, Any] | None]]:
@@ -87,7 +52,6 @@ def test_an_outage_costs_503s_and_nothing_else(db_url: str, settings_factory: An
     sqlite = db_url.startswith("sqlite")
     # SQLite: a writer waits 1 s for the lock (not 30) before the API gives up on it.
     settings = settings_factory(f"{db_url}?timeout=1" if sqlite else db_url)
-    outage: Callable[[str], Any] = sqlite_outage if sqlite else postgres_outage
     db = Database(db_url)
     log = tmp_path / "api.log"
     with api_process(settings, log=log) as (client, _):
@@ -131,7 +95,7 @@ def test_an_outage_costs_503s_and_nothing_else(db_url: str, settings_factory: An
                         failures.append(exc)
                     time.sleep(OUTAGE_S / (REQUESTS / THREADS))
 
-        with outage(db_url):
+        with outage(db_url, POSTGRES_URL):
             threads = [threading.Thread(target=hammer) for _ in range(THREADS)]
             for thread in threads:
                 thread.start()
@@ -183,7 +147,7 @@ def test_an_outage_costs_503s_and_nothing_else(db_url: str, settings_factory: An
 def test_readiness_follows_the_database(db_url: str, settings_factory: Any) -> None:
     with api_process(settings_factory(db_url)) as (client, _):
         assert client.get("/readyz").status_code == 200
-        with postgres_outage(db_url):
+        with outage(db_url, POSTGRES_URL):
             answer = client.get("/readyz")
             assert answer.status_code == 503 and answer.headers["retry-after"] == "2"
             assert answer.json()["detail"] == "database unreachable (OperationalError)"  # no host, no user

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
-from tests.e2e import REPO
+from tests.e2e import run_python
 from worker.runner import child_environment
 
 # A Hub id whose files are in the Hub cache; another that is not. Both also exist as decoys in cwd.
@@ -70,20 +68,11 @@ def test_a_worker_never_loads_a_model_from_its_working_directory(
     snapshot = _cache(hub_cache, CACHED, tiny)
     settings: Settings = settings_factory(sqlite_url)
     env = {**child_environment(settings), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache)}
-    env["PYTHONPATH"] = str(REPO)
     bad = ["decoy-org//decoy-model", "decoy-org/..", "./decoy-org/decoy-model", "../worker-cwd/tiny-bert"]
 
-    result = subprocess.run(
-        [sys.executable, "-c", _RESOLVE, CACHED, UNCACHED, "tiny-bert", *bad],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    output = run_python(_RESOLVE, CACHED, UNCACHED, "tiny-bert", *bad, cwd=cwd, env=env)
 
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers = json.loads(result.stdout.splitlines()[-1])
+    answers = json.loads(output.splitlines()[-1])
     # From the Hub cache, by absolute path: the real model, not the decoy beside the worker.
     assert answers[CACHED] == {"path": str(snapshot.resolve()), "hidden_size": 32}
     # Not in the cache and the Hub offline: a clear failure, not the decoy.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from sqlalchemy import create_engine, make_url, text
 
+from bench.outages import DatabaseOutage
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
@@ -32,6 +31,7 @@ from tests.e2e import (
     live_api,
     run_worker_until_idle,
     start_worker,
+    steps_of,
     submit,
     wait_for,
 )
@@ -66,49 +66,6 @@ LONG = {
     "save_strategy": "no",
 }
 FORKED = re.compile(r"warm start: job process (\d+) forked from template (\d+)")
-
-
-class Outage:
-    """The database refusing the workers: Postgres refusing connections (ALLOW_CONNECTIONS false,
-    and every open connection terminated), or SQLite's write lock held past the busy timeout."""
-
-    def __init__(self, db_url: str) -> None:
-        self.url = make_url(db_url)
-        self.admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT") if self.postgres else None
-        self._holder: sqlite3.Connection | None = None
-
-    @property
-    def postgres(self) -> bool:
-        return self.url.get_backend_name() == "postgresql"
-
-    def begin(self) -> None:
-        if self.admin is not None:
-            with self.admin.connect() as conn:
-                conn.execute(text(f'ALTER DATABASE "{self.url.database}" ALLOW_CONNECTIONS false'))
-                conn.execute(
-                    text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = :n AND pid <> pg_backend_pid()"
-                    ),
-                    {"n": self.url.database},
-                )
-        else:
-            self._holder = sqlite3.connect(str(self.url.database), isolation_level=None)
-            self._holder.execute("BEGIN IMMEDIATE")
-
-    def end(self) -> None:
-        if self.admin is not None:
-            with self.admin.connect() as conn:
-                conn.execute(text(f'ALTER DATABASE "{self.url.database}" ALLOW_CONNECTIONS true'))
-        elif self._holder is not None:
-            self._holder.execute("ROLLBACK")
-            self._holder.close()
-            self._holder = None
-
-    def close(self) -> None:
-        self.end()
-        if self.admin is not None:
-            self.admin.dispose()
 
 
 def _settings(settings_factory: Any, db_url: str, **overrides: Any) -> Settings:
@@ -146,10 +103,6 @@ def declared_steps(db: Database, job_id: int) -> list[int]:
         return [c.step for c in jobs_repo.list_checkpoints(session, job_id=job_id)]
 
 
-def steps_of(rows: list[dict[str, Any]], split: str, name: str) -> list[int]:
-    return [r["step"] for r in rows if r["split"] == split and r["name"] == name]
-
-
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 def test_a_worker_killed_during_an_outage_between_a_checkpoint_and_its_declaration_loses_no_row(
     settings_factory: Any, db_url: str, tmp_path: Path
@@ -158,7 +111,7 @@ def test_a_worker_killed_during_an_outage_between_a_checkpoint_and_its_declarati
     # itself (it would stop the job's process at the end of a lease without a heartbeat).
     settings = _settings(settings_factory, db_url, lease_s=10.0, heartbeat_s=0.5, retry_backoff_s=0.0)
     db = Database(settings.database_url)
-    outage = Outage(db_url)
+    outage = DatabaseOutage(db_url, POSTGRES_URL)
     checkpoints_dir = settings.job_dir(1) / "checkpoints"
     try:
         with live_api(settings) as client:
@@ -228,7 +181,7 @@ def test_a_busy_workers_readyz_follows_the_database_within_a_heartbeat(
     settings = _settings(settings_factory, db_url, lease_s=60.0, heartbeat_s=1.0)
     port = free_port()
     readyz = _health(port)
-    outage = Outage(db_url)
+    outage = DatabaseOutage(db_url, POSTGRES_URL)
     worker = start_worker(
         settings, "--health-port", str(port), "--health-host", "127.0.0.1", log=tmp_path / "w.log"
     )

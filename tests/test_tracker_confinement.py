@@ -6,8 +6,6 @@ working directory and home folder are watched)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from shared.config import Settings
 from shared.db import Database
 from shared.models import Job
 from tests.dbutil import count_rows
-from tests.e2e import LOOPBACK_URL, REPO
+from tests.e2e import LOOPBACK_URL, run_python
 
 GOOD = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
@@ -98,16 +96,8 @@ def test_mlflow_and_tensorboard_write_only_into_the_jobs_folder(tmp_path: Path) 
     for folder in (work, home, job):
         folder.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "XDG_"))}
-    env.update(HOME=str(home), PYTHONPATH=str(REPO), DO_NOT_TRACK="false")
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TRACKED_RUN), str(job)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    env.update(HOME=str(home), DO_NOT_TRACK="false")
+    run_python(textwrap.dedent(TRACKED_RUN), str(job), cwd=work, env=env)
     assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == []
     assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == []
     written = {p.relative_to(job).parts[0] for p in job.rglob("*")}
