@@ -24,7 +24,8 @@ PARTIAL_SUFFIX = ".partial"  # a checkpoint being written (worker/checkpoints.py
 _LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
 CHUNK_BYTES = 1 << 20
 MAX_LISTED_FILES = 20_000
-# The live stream sends a log in pieces of at most this size, cut at line ends.
+# The live stream sends a log in pieces of at most this size, cut at line ends: a newline, or the
+# carriage return a progress bar rewrites its line with (so that its newest state arrives as it is drawn).
 MAX_LOG_PIECE_BYTES = 64 * 1024
 # Linux's PATH_MAX: a longer path names no file (and stat() would fail with ENAMETOOLONG).
 PATH_MAX_BYTES = 4096
@@ -151,31 +152,43 @@ def log_files(root: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def read_log(root: Path, *, job_id: int, attempt: int | None, tail: int | None) -> tuple[int | None, bytes]:
-    """(the attempt, its log) — the newest attempt's unless one is named; (None, b"") before any."""
+def read_log(
+    root: Path, *, job_id: int, attempt: int | None, tail: int | None
+) -> tuple[int | None, bytes, int]:
+    """(the attempt, its log, where in the file the served text ends): the newest attempt's unless one
+    is named; (None, b"", 0) before any. The end is the byte offset a stream's cursor resumes from."""
     logs = log_files(root)
     if attempt is None:
         if not logs:
-            return None, b""
+            return None, b"", 0
         attempt = max(logs)
     if attempt not in logs:
         raise NotFound(f"job {job_id} has no log of attempt {attempt}", field="attempt")
     path = logs[attempt]
-    return attempt, tail_bytes(path, tail) if tail is not None else path.read_bytes()
+    if tail is not None:
+        return (attempt, *tail_bytes(path, tail))
+    data = path.read_bytes()
+    return attempt, data, len(data)
 
 
-def tail_bytes(path: Path, lines: int) -> bytes:
-    """The last `lines` lines, read backwards in blocks: a long log is not read whole."""
+def tail_bytes(path: Path, lines: int) -> tuple[bytes, int]:
+    """The last `lines` lines, read backwards in blocks (a long log is not read whole), and the
+    offset of the file's end they were read up to. Lines end as bytes.splitlines ends them (a
+    newline, or a progress bar's carriage return), and the reading stops once it has that many."""
     with path.open("rb") as handle:
         end = handle.seek(0, os.SEEK_END)
         data, position = b"", end
-        while position > 0 and data.count(b"\n") <= lines:
+        while position > 0 and _line_ends(data) <= lines:
             step = min(CHUNK_BYTES // 16, position)
             position -= step
             handle.seek(position)
             data = handle.read(step) + data
     kept = data.splitlines(keepends=True)[-lines:] if lines else []
-    return b"".join(kept)
+    return b"".join(kept), end
+
+
+def _line_ends(data: bytes) -> int:
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
 
 
 @dataclass(frozen=True)
@@ -186,8 +199,9 @@ class LogPiece:
 
 
 def new_log_pieces(root: Path, *, attempt: int, offset: int, flush: bool) -> list[LogPiece]:
-    """Log text written since (attempt, offset), in whole lines (all of it when `flush`, as when the
-    job has ended), across attempts; at most MAX_LOG_PIECE_BYTES per piece."""
+    """Log text written since (attempt, offset), in whole lines (ending in a newline or a carriage
+    return; all of it when `flush`, as when the job has ended), across attempts; at most
+    MAX_LOG_PIECE_BYTES per piece."""
     pieces = []
     for number, path in log_files(root).items():
         if number < attempt:
@@ -200,7 +214,7 @@ def new_log_pieces(root: Path, *, attempt: int, offset: int, flush: bool) -> lis
             if not data:
                 break
             if len(data) == MAX_LOG_PIECE_BYTES or not flush:
-                cut = data.rfind(b"\n") + 1
+                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                 data = data[:cut] if cut else (data if len(data) == MAX_LOG_PIECE_BYTES else b"")
             if not data:
                 break

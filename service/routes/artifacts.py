@@ -17,6 +17,7 @@ from shared.errors import NotFound, quote
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 ATTEMPT_HEADER = "X-Gluejobs-Attempt"
+LOG_OFFSET_HEADER = "X-Gluejobs-Log-Offset"
 
 
 @router.get(
@@ -33,10 +34,12 @@ def read_job_logs(
     """The job's log: what its training process printed, tracebacks included, one file per attempt.
 
     Empty (200) before the job's first attempt has started; the attempt served is in the
-    `X-Gluejobs-Attempt` header. Follow a running job's log with `/stream?logs=true`.
+    `X-Gluejobs-Attempt` header, and the byte offset in its log where the text ends in
+    `X-Gluejobs-Log-Offset`. Follow a running job's log with `/stream?logs=true` (from there on: see
+    the stream's Last-Event-ID).
     """
-    served, text = read_log(settings.job_dir(job.id), job_id=job.id, attempt=attempt, tail=tail)
-    headers = {ATTEMPT_HEADER: str(served)} if served is not None else {}
+    served, text, end = read_log(settings.job_dir(job.id), job_id=job.id, attempt=attempt, tail=tail)
+    headers = {ATTEMPT_HEADER: str(served), LOG_OFFSET_HEADER: str(end)} if served is not None else {}
     return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
 
 

@@ -4,8 +4,12 @@ FastAPI's own SSE support (fastapi.sse) encodes the events; this module decides 
 Every event's id is a cursor, "<metric id>.<event id>.<attempt>.<byte offset>": the last metric row
 and job event sent (ids grow within each table, and one job's rows commit in id order) and, with
 `?logs=true`, how far into which attempt's log file. A client that reconnects with `Last-Event-ID`
-gets exactly what it had not received, no more, no less. Checkpoints travel as job events (kind
-"checkpoint", written with the checkpoint row), so they share the event cursor.
+gets exactly what it had not received, no more, no less. A client that read a job through the paged
+endpoints first (the dashboard does: one consistent picture at once) starts the stream where those
+reads ended, with the id built from them: the last metric row's id, the last event's id, and
+GET /logs' X-Gluejobs-Attempt and X-Gluejobs-Log-Offset (0.0 for "no log read": every attempt's log from
+its start). Checkpoints travel as job events (kind "checkpoint", written with the checkpoint row),
+so they share the event cursor.
 
 Each poll is one statement (a UNION ALL of two index range scans, jobs_repo.read_stream_page), so
 an open stream costs the database what a cursor poller costs, however many rows the job has.
@@ -104,7 +108,8 @@ async def stream_job(
     - `end`: the job has ended, `{status}`; the stream closes after it.
 
     A comment line keeps the connection alive every few seconds. Reconnect with `Last-Event-ID`
-    to resume without loss or repeats.
+    to resume without loss or repeats; to start after rows read from /metrics, /events and /logs, send
+    `<last metric id>.<last event id>.<X-Gluejobs-Attempt>.<X-Gluejobs-Log-Offset>` (0 for none).
     """
     database = get_database(request)
     folder = settings.job_dir(job.id) if logs else None
