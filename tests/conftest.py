@@ -21,7 +21,15 @@ from bench.harness import save_tiny_bert
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
-from tests.kit import GLUE_DATA, POSTGRES_URL, SKIP_POSTGRES, TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA
+from tests.kit import (
+    GLUE_DATA,
+    POSTGRES_URL,
+    SKIP_POSTGRES,
+    TINY_DEBERTA_V2,
+    TINY_MODEL,
+    TINY_ROBERTA,
+    settings_under,
+)
 from tests.runs import reset_accelerate_state
 
 _db_counter = itertools.count()
@@ -166,21 +174,9 @@ def _save_tiny_recipe_models(root: Path, tokenizer: Any) -> None:
 @pytest.fixture
 def settings_factory(tmp_path: Path, models_dir: Path, glue_data: Path):  # type: ignore[no-untyped-def]
     def make(database_url: str, **overrides: object) -> Settings:
-        values: dict[str, object] = {
-            "database_url": database_url,
-            "artifacts_dir": tmp_path / "artifacts",
-            "data_dir": tmp_path / "data",
-            "glue_dir": glue_data,
-            "models_dir": models_dir,
-            "cache_dir": tmp_path / "cache",
-            "lease_s": 30.0,
-            "heartbeat_s": 0.5,
-            "poll_interval_s": 0.2,
-            "cancel_grace_s": 5.0,
-        }
-        values.update(overrides)
-        (tmp_path / "data").mkdir(exist_ok=True)
-        return Settings(**values)  # type: ignore[arg-type]
+        return settings_under(
+            tmp_path, database_url, models_dir=models_dir, **{"glue_dir": glue_data, **overrides}
+        )
 
     return make
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from bench.harness import GLUE_DATA as GLUE_DATA
 from bench.harness import QUICK_JOB as QUICK_JOB
 from bench.harness import REPO as REPO
+from shared.config import Settings
 
 POSTGRES_URL = os.environ.get(
     "GLUEJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -22,6 +23,27 @@ TINY_MODEL = "tiny-bert"
 # Tiny models of the families microsoft/LoRA's GLUE configs fine-tune (roberta-base, deberta-v2-xxlarge).
 TINY_ROBERTA = "tiny-roberta"
 TINY_DEBERTA_V2 = "tiny-deberta-v2"
+
+
+def settings_under(root: Path, database_url: str, *, models_dir: Path, **overrides: object) -> Settings:
+    """The tests' settings: folders under `root`, the tiny models, the GLUE kit, short leases and polls
+    (conftest's settings_factory; a module-wide service builds its own from the same)."""
+    values: dict[str, object] = {
+        "database_url": database_url,
+        "artifacts_dir": root / "artifacts",
+        "data_dir": root / "data",
+        "glue_dir": GLUE_DATA,
+        "models_dir": models_dir,
+        "cache_dir": root / "cache",
+        "lease_s": 30.0,
+        "heartbeat_s": 0.5,
+        "poll_interval_s": 0.2,
+        "cancel_grace_s": 5.0,
+    }
+    values.update(overrides)
+    (root / "data").mkdir(exist_ok=True)
+    return Settings(**values)  # type: ignore[arg-type]
+
 
 MNLI_HEADER = (
     "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
