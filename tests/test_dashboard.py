@@ -1,26 +1,40 @@
-"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright) against a live
-API and a real worker: the list loads and filters, a training job's curves get points while it
-trains, the cancel button cancels, compare overlays jobs, an API key is asked for once and scopes
-what the page shows, and the browser logs no errors."""
+"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright).
+
+Against a live API and a real worker: the list loads and filters, a training job's curves get
+points while it trains, the cancel button cancels, an API key is asked for once and scopes what the
+page shows. Against one live API for the module, with rows written the way a job's process writes
+them (claimed, fenced): a running job's page draws every row there is and then each new one, its
+log is text as a terminal shows it, every figure says whether it is the best or the final (latest)
+evaluation, "Submit again" queues nothing before it is confirmed and honours an edit, compare shows
+the hyperparameters that differ and overlays training loss, a sweep and its jobs link both ways. The
+browser logs no error and no Content-Security-Policy violation in any of them."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import re
 import shutil
 import signal
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import httpx
 import pytest
 
 from shared import jobs_repo
+from shared.config import Settings
 from shared.db import Database
-from shared.jobs_repo import MetricRow
+from shared.jobs_repo import Claim, MetricRow
+from shared.migrate import upgrade
 from shared.models import JobStatus
 from tests.dbutil import claimed
 from tests.e2e import get, live_api, start_worker, submit
+from tests.kit import settings_under
 from tests.observe_helpers import TINY_SPEC, observe_settings
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -36,11 +50,14 @@ CHROMIUM_ARGS = [
 ]
 # Set to a path (e.g. docs/dashboard.png) to keep the job page's screenshot there.
 SCREENSHOT_ENV = "GLUEJOBS_DASHBOARD_SCREENSHOT"
+STREAM = re.compile(r"/v1/jobs/\d+/stream")
+REFUSED_LOAD = "Failed to load resource: the server responded with a status of"
 UNAUTHORIZED_LOAD = "the server responded with a status of 401"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One chromium for the module's tests (each gets a page of its own)."""
     assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium)"
     from playwright.sync_api import sync_playwright
 
@@ -53,6 +70,7 @@ def browser() -> Iterator[Any]:
 
 
 def console_errors(page: Any) -> list[str]:
+    """What the page logs as an error; chromium logs each Content-Security-Policy violation so."""
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
@@ -61,6 +79,101 @@ def console_errors(page: Any) -> list[str]:
 
 def points(page: Any, chart: str) -> int:
     return int(page.get_attribute(f'[data-chart="{chart}"]', "data-points") or 0)
+
+
+def wait_points(page: Any, chart: str, count: int) -> None:
+    page.wait_for_function(
+        '([chart, n]) => Number(document.querySelector(`[data-chart="${chart}"]`)?.dataset.points) === n',
+        arg=[chart, count],
+    )
+
+
+@dataclass
+class Service:
+    """The module's live API (SQLite: what the page shows does not depend on the database)."""
+
+    client: httpx.Client
+    base: str
+    db: Database
+    settings: Settings
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, glue_data: Path) -> Iterator[Service]:
+    root = tmp_path_factory.mktemp("dashboard")
+    url = f"sqlite:///{root / 'gluejobs.db'}"
+    db = Database(url)
+    upgrade(db)
+    settings = settings_under(root, url, models_dir=models_dir, glue_dir=glue_data)
+    try:
+        with live_api(settings) as client:
+            yield Service(client, str(client.base_url).rstrip("/"), db, settings)
+    finally:
+        db.dispose()
+
+
+class Tab(NamedTuple):
+    page: Any
+    errors: list[str]
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Tab]:
+    page = browser.new_page(viewport={"width": 1440, "height": 1200})
+    errors = console_errors(page)
+    try:
+        yield Tab(page, errors)
+    finally:
+        page.close()
+
+
+# Rows written as a job's process writes them: under the claim its worker took.
+
+
+def running_job(service: Service, spec: dict[str, Any]) -> Claim:
+    """A job submitted and claimed (running), as a worker claims it."""
+    job = submit(service.client, spec)
+    with service.db.session() as session:
+        return claimed(session, job["id"])
+
+
+def write_rows(service: Service, claim: Claim, rows: Iterable[MetricRow]) -> None:
+    """One write per split and step, as the process reports each logging step and evaluation."""
+    for _, group in itertools.groupby(rows, key=lambda row: (row.split, row.step)):
+        with service.db.session() as session:
+            jobs_repo.add_metrics(
+                session, job_id=claim.job_id, rows=list(group), best_metric="accuracy", claim=claim
+            )
+
+
+def finish(service: Service, claim: Claim) -> None:
+    with service.db.session() as session:
+        assert jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
+
+
+def training(steps: Iterable[int], steps_per_epoch: int = 10) -> list[MetricRow]:
+    return [
+        MetricRow(step / steps_per_epoch, step, "train", name, value)
+        for step in steps
+        for name, value in (("loss", 1.0 / step), ("learning_rate", 1e-3 * (1 - step / 100)))
+    ]
+
+
+def evaluation(step: int, accuracy: float, steps_per_epoch: int = 10) -> list[MetricRow]:
+    epoch = step / steps_per_epoch
+    return [MetricRow(epoch, step, "eval", "accuracy", accuracy), MetricRow(epoch, step, "eval", "loss", 0.5)]
+
+
+def append_log(service: Service, claim: Claim, data: bytes) -> None:
+    """What the job's process prints goes to its attempt's log (worker/supervisor.py)."""
+    log = service.settings.job_dir(claim.job_id) / "logs" / f"attempt-{claim.attempt}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as handle:
+        handle.write(data)
+
+
+def fact(page: Any, key: str) -> str:
+    return page.text_content(f'.facts [data-fact="{key}"]') or ""
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -188,87 +301,238 @@ def test_the_dashboard_asks_for_a_key_and_shows_what_it_may_see(
         page.close()
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_the_dashboard_shows_a_sweep_as_a_table_of_medians_and_spreads(
-    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, browser: Any
+def test_a_running_jobs_page_draws_every_row_there_is_and_its_log_as_a_terminal_shows_it(
+    service: Service, tab: Tab
 ) -> None:
-    """Two learning rates × three seeds; a worker's rows are written the way a worker writes them
-    (claim, one evaluation, finish) so the statistics are known; one job is left queued."""
-    settings = observe_settings(settings_factory, tmp_path, glue_data, db_url)
-    db = Database(settings.database_url)
-    accuracies = [0.70, 0.80, 0.72, 0.60, 0.64]  # the sixth job (2e-4, seed 3) stays queued
-    with live_api(settings) as client:
-        base = str(client.base_url).rstrip("/")
-        created = client.post(
-            "/v1/sweeps",
-            json={
-                "spec": {k: v for k, v in TINY_SPEC.items() if k not in ("seed", "learning_rate")},
-                "seeds": [1, 2, 3],
-                "grid": {"learning_rate": [1e-4, 2e-4]},
-            },
-        )
-        assert created.status_code == 201, created.text
-        sweep = created.json()
-        for job_id, accuracy in zip(sweep["job_ids"], accuracies, strict=False):
-            with db.session() as session:
-                claim = claimed(session, job_id)
-                rows = [
-                    MetricRow(1.0, 5, "eval", "accuracy", accuracy),
-                    MetricRow(1.0, 5, "eval", "loss", 0.5),
-                ]
-                jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric="accuracy", claim=claim)
-                jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        errors = console_errors(page)
-        try:
-            page.goto(f"{base}/")
-            page.click("#nav-sweeps")
-            page.wait_for_selector(f'tr[data-sweep="{sweep["id"]}"] [data-status="running"]')
-            page.click(f'a[href="#/sweeps/{sweep["id"]}"]')
-            page.wait_for_selector("#sweep-table tr.config-row")
-            rows = page.locator("#sweep-table tr.config-row")
-            assert rows.count() == 2
-            first, second = rows.nth(0).inner_text(), rows.nth(1).inner_text()
-            # Medians over the seeds that evaluated, with their spread (± std · min–max).
-            assert "learning_rate=0.0001" in first and "3 / 3" in first
-            assert "0.7200" in first and f"± {statistics.stdev([0.70, 0.80, 0.72]):.4f}" in first
-            assert "0.7000–0.8000" in first
-            assert "learning_rate=0.0002" in second and "2 / 3" in second and "0.6200" in second
-            # The winner is the configuration with the best median of the task's main metric.
-            assert page.locator("#sweep-table tr.config-row[data-winner]").count() == 1
-            assert page.get_attribute("#sweep-table tr.config-row >> nth=0", "data-winner") is not None
-            assert "winner" in first and "winner" not in second
-            assert "0.7200" in (page.text_content("#sweep-winner") or "")
+    page, errors = tab
+    claim = running_job(service, {**TINY_SPEC, "seed": 11})
+    write_rows(service, claim, training(range(1, 6)))
+    append_log(
+        service,
+        claim,
+        b"\x1b[1mloading\x1b[0m tiny-bert\n"
+        b"Map:   0%|          | 0/64\rMap:  50%|#####     | 32/64\rMap: 100%|##########| 64/64\n"
+        b"<b>not bold</b> & <script>window.injected = 1</script>\n"
+        b"\x1b]0;a title\x07step 1/9\x1b[K\rstep 3/9",  # a progress bar mid-line
+    )
+    # The live stream held back (as a slow proxy or a long log to replay held it): the page still shows
+    # every row there is, the same rows its header's figures come from.
+    held: list[Any] = []
+    page.route(STREAM, lambda route: held.append(route))
+    page.goto(f"{service.base}/#/jobs/{claim.job_id}")
+    wait_points(page, "loss", 5)
+    assert points(page, "learning_rate") == 5
+    assert "train loss (step 5)" in fact(page, "train-loss") and "0.2000" in fact(page, "train-loss")
+    # The log as text, as a terminal shows it: escapes gone, each rewritten line's last state.
+    page.wait_for_function("() => document.querySelector('#log').textContent.endsWith('step 3/9')")
+    assert page.text_content("#log") == (
+        "loading tiny-bert\nMap: 100%|##########| 64/64\n"
+        "<b>not bold</b> & <script>window.injected = 1</script>\nstep 3/9"
+    )
+    assert page.evaluate("document.querySelector('#log').children.length") == 0
+    assert page.evaluate("window.injected") is None
+    assert len(held) == 1
 
-            # Cancelling the sweep cancels the job that was still queued.
-            page.click("#cancel-sweep")
-            page.wait_for_selector('h1 [data-status="cancelled"], h1 [data-status="succeeded"]')
-            assert get(client, f"/v1/jobs/{sweep['job_ids'][5]}")["status"] == "cancelled"
-            assert page.is_disabled("#cancel-sweep")
-            assert errors == []
-        finally:
-            page.close()
-            db.dispose()
+    # The stream let through: rows and log lines written from now on arrive while the job runs.
+    held[0].continue_()
+    page.unroute(STREAM)
+    write_rows(service, claim, [*training(range(6, 11)), *evaluation(10, 0.75)])
+    append_log(service, claim, b"\rstep 9/9\n\x1b[32mevaluating\x1b[0m\n")
+    wait_points(page, "loss", 10)
+    wait_points(page, "eval accuracy", 1)
+    page.wait_for_function(
+        "() => document.querySelector('#log').textContent.endsWith('step 9/9\\nevaluating')"
+    )
+    # A worse evaluation: the latest and the best, each said to be which.
+    write_rows(service, claim, evaluation(20, 0.70))
+    wait_points(page, "eval accuracy", 2)
+    page.wait_for_function(
+        "() => document.querySelector('[data-fact=\"latest\"]')?.textContent.includes('0.7000')"
+    )
+    assert fact(page, "latest") == "accuracy (latest evaluation)0.7000"
+    assert fact(page, "best") == "accuracy (best evaluation)0.7500 · step 10"
+
+    # Once it has ended, the newest evaluation is the final one, here and in the list.
+    finish(service, claim)
+    page.wait_for_selector('h1 [data-status="succeeded"]')
+    page.wait_for_selector('.facts [data-fact="final"]')
+    assert fact(page, "final") == "accuracy (final evaluation)0.7000"
+    page.goto(f"{service.base}/#/")
+    cell = page.locator(f'tr[data-job="{claim.job_id}"] td').nth(5)
+    assert cell.text_content() == "accuracy: final 0.7000 · best 0.7500"
+    assert errors == []
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_the_pages_load_nothing_from_elsewhere_under_their_policy(
-    settings_factory: Any, db_url: str, browser: Any
+def test_submit_again_is_a_form_to_edit_and_queues_only_once_confirmed(service: Service, tab: Tab) -> None:
+    page, errors = tab
+    claim = running_job(service, {**TINY_SPEC, "seed": 12})
+    finish(service, claim)
+    original = get(service.client, f"/v1/jobs/{claim.job_id}")
+
+    def queued() -> int:
+        return len(get(service.client, "/v1/jobs", limit=100)["data"])
+
+    before = queued()
+    page.goto(f"{service.base}/#/jobs/{claim.job_id}")
+    page.click("#submit-again")
+    # The spec as it would be submitted, which the API's dry run accepts; nothing queued.
+    page.wait_for_selector("#resubmit[open] #resubmit-ok")
+    assert json.loads(page.input_value("#resubmit-spec")) == original["spec"]
+    assert queued() == before
+
+    # An edit the API refuses: its 422 in the form, naming the field; still nothing queued.
+    page.fill("#resubmit-spec", json.dumps({**original["spec"], "learning_rate": -1}))
+    page.click("#resubmit-next")
+    page.wait_for_function(
+        "() => document.querySelector('#resubmit-error').textContent.startsWith('spec.learning_rate')"
+    )
+    assert not page.is_visible("#resubmit-confirm")
+    page.fill("#resubmit-spec", '{"learning_rate": ')
+    page.click("#resubmit-check")
+    page.wait_for_function(
+        "() => document.querySelector('#resubmit-error').textContent.includes('not valid JSON')"
+    )
+
+    # An accepted edit: the changes listed to confirm, and only the confirmation queues the job.
+    page.fill(
+        "#resubmit-spec", json.dumps({**original["spec"], "learning_rate": 5e-4, "max_eval_samples": 16})
+    )
+    page.click("#resubmit-next")
+    page.wait_for_selector("#resubmit-confirm:not([hidden])")
+    assert page.locator("#resubmit-changes li").all_text_contents() == [
+        "learning_rate: 0.001 → 0.0005",
+        "max_eval_samples: 32 → 16",
+    ]
+    assert queued() == before
+    page.click("#resubmit-yes")
+    page.wait_for_function(
+        "(id) => location.hash.startsWith('#/jobs/') && location.hash !== `#/jobs/${id}`", arg=claim.job_id
+    )
+    new_id = int(page.evaluate("location.hash").rsplit("/", 1)[1])
+    created = get(service.client, f"/v1/jobs/{new_id}")
+    assert queued() == before + 1
+    assert created["spec"] == {**original["spec"], "learning_rate": 5e-4, "max_eval_samples": 16}
+    assert created["metadata"]["resubmitted_from"] == str(claim.job_id)
+    page.wait_for_selector(f'h1:has-text("Job {new_id}") [data-status="queued"]')
+    # The refused dry run's own 422 is the one thing the console shows.
+    assert errors == [f"{REFUSED_LOAD} 422 (Unprocessable Entity)"]
+    # Nothing is left queued for the module's next test to claim.
+    assert service.client.post(f"/v1/jobs/{new_id}/cancel").status_code == 200
+
+
+def test_compare_shows_the_hyperparameters_that_differ_and_overlays_training_loss(
+    service: Service, tab: Tab
 ) -> None:
+    page, errors = tab
+    first = running_job(service, {**TINY_SPEC, "seed": 21})
+    write_rows(service, first, [*training(range(1, 5)), *evaluation(4, 0.60)])
+    finish(service, first)
+    second = running_job(service, {**TINY_SPEC, "seed": 22, "learning_rate": 5e-4, "weight_decay": 0.01})
+    write_rows(service, second, [*training(range(1, 7)), *evaluation(3, 0.70), *evaluation(6, 0.65)])
+    finish(service, second)
+    page.goto(f"{service.base}/#/compare?ids={first.job_id},{second.job_id}")
+    page.wait_for_selector("#compare-table")
+    fields = page.locator("#compare-params tbody tr").evaluate_all("rows => rows.map(r => r.dataset.field)")
+    assert fields == ["learning_rate", "seed", "weight_decay"]
+    assert page.locator('#compare-params tr[data-field="weight_decay"] td').all_text_contents() == [
+        "weight_decay",
+        "0",
+        "0.01",
+    ]
+    # Training loss of both overlaid (4 + 6 points), beside the evaluation curves.
+    assert points(page, "train loss") == 10
+    assert points(page, "eval accuracy") == 3
+    assert page.locator('[data-chart="train loss"] .u-legend').text_content().count("job ") == 2
+    final = page.locator(
+        '#compare-table tr[data-metric="accuracy"][data-point="final"] td'
+    ).all_text_contents()
+    best = page.locator('#compare-table tr[data-metric="accuracy"][data-point="best"] td').all_text_contents()
+    assert final == ["accuracy (final evaluation)", "0.6000", "0.6500"]
+    assert best == ["accuracy (best evaluation)", "0.6000 · step 4", "0.7000 · step 3"]
+    assert errors == []
+
+
+def test_a_sweep_shows_medians_and_spreads_at_the_best_and_the_final_evaluation_and_links_its_jobs(
+    service: Service, tab: Tab
+) -> None:
+    """Two learning rates × three seeds; each job's rows are written as its process writes them (two
+    evaluations: the best, then a final one 0.1 lower) so the statistics are known; one job is left
+    queued."""
+    page, errors = tab
+    accuracies = [0.70, 0.80, 0.72, 0.60, 0.64]  # at the best evaluation; the sixth job stays queued
+    created = service.client.post(
+        "/v1/sweeps",
+        json={
+            "spec": {k: v for k, v in TINY_SPEC.items() if k not in ("seed", "learning_rate")},
+            "seeds": [1, 2, 3],
+            "grid": {"learning_rate": [1e-4, 2e-4]},
+        },
+    )
+    assert created.status_code == 201, created.text
+    sweep = created.json()
+    for job_id, accuracy in zip(sweep["job_ids"], accuracies, strict=False):
+        with service.db.session() as session:
+            claim = claimed(session, job_id)
+        write_rows(service, claim, [*evaluation(5, accuracy), *evaluation(10, accuracy - 0.1)])
+        finish(service, claim)
+    page.goto(f"{service.base}/")
+    page.click("#nav-sweeps")
+    page.wait_for_selector(f'tr[data-sweep="{sweep["id"]}"] [data-status="running"]')
+    page.click(f'a[href="#/sweeps/{sweep["id"]}"]')
+    page.wait_for_selector("#sweep-best tr.config-row")
+    rows = page.locator("#sweep-best tr.config-row")
+    assert rows.count() == 2
+    first, second = rows.nth(0).inner_text(), rows.nth(1).inner_text()
+    # Medians over the seeds that evaluated, with their spread (± std · min–max).
+    assert "learning_rate=0.0001" in first and "3 / 3" in first
+    assert "0.7200" in first and f"± {statistics.stdev([0.70, 0.80, 0.72]):.4f}" in first
+    assert "0.7000–0.8000" in first
+    assert "learning_rate=0.0002" in second and "2 / 3" in second and "0.6200" in second
+    # The same configurations at the final evaluation, said to be that.
+    assert "accuracy (best) ★" in (page.text_content("#sweep-best thead") or "")
+    assert "accuracy (final) ★" in (page.text_content("#sweep-final thead") or "")
+    final_first = page.locator("#sweep-final tr.config-row").nth(0).inner_text()
+    assert "0.6200" in final_first and "0.6000–0.7000" in final_first
+    # The winner: the best median of the task's main metric at the best evaluation, which it says.
+    assert page.locator("#sweep-best tr.config-row[data-winner]").count() == 1
+    assert page.get_attribute("#sweep-best tr.config-row >> nth=0", "data-winner") is not None
+    assert "winner" in first and "winner" not in second
+    assert page.text_content("#sweep-winner") == (
+        "Winner on accuracy, ranked at the best evaluation: learning_rate=0.0001 — median 0.7200 at the "
+        "best evaluation, 0.6200 at the final evaluation, over 3 seed(s)."
+    )
+
+    # The sweep links to each of its jobs, and a job back to its sweep.
+    linked = page.locator("#sweep-best a.job-link").evaluate_all(
+        "links => links.map(a => Number(a.dataset.job))"
+    )
+    assert linked == sweep["job_ids"]
+    page.click(f'#sweep-best a.job-link[data-job="{sweep["job_ids"][0]}"]')
+    page.wait_for_selector(f'a#job-sweep[href="#/sweeps/{sweep["id"]}"]')
+    page.click("#job-sweep")
+    page.wait_for_selector("#sweep-best tr.config-row")
+
+    # Cancelling the sweep cancels the job that was still queued.
+    page.click("#cancel-sweep")
+    page.wait_for_selector('h1 [data-status="cancelled"]')
+    assert get(service.client, f"/v1/jobs/{sweep['job_ids'][5]}")["status"] == "cancelled"
+    assert page.is_disabled("#cancel-sweep")
+    assert page.locator("#sweep-best tr.config-row").count() == 2  # its statistics stay on the page
+    assert errors == []
+
+
+def test_the_pages_load_nothing_from_elsewhere_under_their_policy(service: Service, tab: Tab) -> None:
     """The dashboard and Swagger UI (/docs) come with a Content-Security-Policy that allows this origin
     only, and still work under it: the browser reports no violation, and no request leaves the API."""
-    with live_api(settings_factory(db_url)) as client:
-        base = str(client.base_url).rstrip("/")
-        for path in ("/", "/docs"):
-            policy = client.get(path).headers["content-security-policy"]
-            assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
-        page = browser.new_page()
-        errors = console_errors(page)
-        requested: list[str] = []
-        page.on("request", lambda request: requested.append(request.url))
-        page.goto(f"{base}/docs")
-        page.wait_for_selector("#operations-jobs-create_job_v1_jobs_post", timeout=30_000)
-        page.goto(f"{base}/")
-        page.wait_for_selector("#jobs-table, #status-filter", timeout=30_000)
-        assert errors == []
-        assert requested and all(url.startswith((base, "data:")) for url in requested), requested
+    page, errors = tab
+    for path in ("/", "/docs"):
+        policy = service.client.get(path).headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(f"{service.base}/docs")
+    page.wait_for_selector("#operations-jobs-create_job_v1_jobs_post", timeout=30_000)
+    page.goto(f"{service.base}/")
+    page.wait_for_selector("#jobs-body tr", timeout=30_000)
+    assert errors == []
+    assert requested and all(url.startswith((service.base, "data:")) for url in requested), requested

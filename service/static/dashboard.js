@@ -1,14 +1,19 @@
 /* gluejobs dashboard: plain JavaScript over the /v1 API, no build step, nothing fetched from the
- * network but this server. Views: #/ (jobs), #/jobs/<id> (one job, live), #/compare?ids=1,2 ,
- * #/sweeps and #/sweeps/<id> (median and spread over seeds per configuration).
- * Charts are uPlot (vendored in static/vendor). */
+ * network but this server. Views: #/ (jobs), #/jobs/<id> (one job, live), #/compare?ids=1,2 (the
+ * hyperparameters that differ, metrics, curves overlaid), #/sweeps and #/sweeps/<id> (median and
+ * spread over seeds per configuration, at the best and at the final evaluation).
+ * Charts are uPlot (vendored in static/vendor); terminal.js renders logs, resubmit.js the
+ * "Submit again" form. */
 "use strict";
 
 const KEY_STORAGE = "gluejobs.apiKey";
 const LIST_REFRESH_MS = 2000;
 const STATUSES = ["queued", "running", "cancelling", "succeeded", "failed", "cancelled"];
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
-const LOG_TAIL_CHARS = 60000;
+const LOG_TAIL_LINES = 500; // read at first; the stream adds to them
+const LOG_LINES_SHOWN = 2000;
+const RENDER_MS = 250;
+const CLOCK_MS = 5000;
 const MAX_EVENTS_SHOWN = 400;
 const COLORS = ["#2f6fdf", "#d9622b", "#1f8a4c", "#8e44ad", "#c23b3b", "#16a2b8", "#b7791f", "#5d6d7e"];
 
@@ -33,15 +38,21 @@ function authHeaders() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
-async function api(path, options = {}) {
+/* The response, once a key the server takes is in hand. */
+async function send(path, options = {}) {
   const response = await fetch(path, {
     ...options,
     headers: { Accept: "application/json", ...authHeaders(), ...(options.headers || {}) },
   });
   if (response.status === 401) {
     await askForKey(sessionStorage.getItem(KEY_STORAGE) ? "That key was refused." : "");
-    return api(path, options);
+    return send(path, options);
   }
+  return response;
+}
+
+async function api(path, options = {}) {
+  const response = await send(path, options);
   const text = await response.text();
   const body = text && (response.headers.get("content-type") || "").includes("json") ? JSON.parse(text) : text;
   if (!response.ok) throw new ApiError(response.status, body);
@@ -73,12 +84,24 @@ function showWho() {
   document.getElementById("whoami").textContent = sessionStorage.getItem(KEY_STORAGE) ? "signed in with an API key" : "";
 }
 
+/* Every row of a cursor-paged list (GET …/metrics, …/events) after the cursor `after`, oldest first. */
+async function readAll(path, after = null) {
+  const rows = [];
+  for (;;) {
+    const page = await api(`${path}${path.includes("?") ? "&" : "?"}limit=10000${after ? `&after=${after}` : ""}`);
+    rows.push(...page.data);
+    if (!page.has_more) return rows;
+    after = page.next_cursor;
+  }
+}
+
 /* The live stream (GET /v1/jobs/{id}/stream). The browser's EventSource cannot send an
  * Authorization header, so the stream is read with fetch and its Server-Sent Events parsed here
- * (event, data, id fields; comments skipped); a dropped connection resumes with Last-Event-ID. */
-function openStream(jobId, { logs = false, onEvent, onEnd }) {
+ * (event, data, id fields; comments skipped); it starts after `from` (a Last-Event-ID: where the
+ * page's own reads ended) and a dropped connection resumes with the last id received. */
+function openStream(jobId, { logs = false, from = null, onEvent, onEnd }) {
   const controller = new AbortController();
-  let lastId = null;
+  let lastId = from;
   let stopped = false;
   const run = async () => {
     while (!stopped) {
@@ -146,11 +169,22 @@ function h(tag, attrs = {}, ...children) {
     else if (key === "style") Object.assign(element.style, value);
     else element.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  return add(element, ...children);
+}
+
+/* Children appended as h() takes them: nodes, text, nested arrays; null, undefined and false skipped. */
+function add(element, ...children) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     element.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return element;
+}
+
+/* The element's children replaced, taken as add() takes them. */
+function fill(element, ...children) {
+  element.replaceChildren();
+  return add(element, ...children);
 }
 
 const fmt = (value, digits = 4) => (value === null || value === undefined ? "—" : Number(value).toFixed(digits));
@@ -168,14 +202,20 @@ function duration(job) {
 
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 
-/* The task's main metric: its newest evaluation, and the best one where that differs. */
+/* Which evaluation a job's newest one is: the final one once the job has ended, else the latest so
+ * far (the API's latest_metrics); beside it, always named, the best (best_metrics). */
+const lastEval = (job) => (TERMINAL.has(job.status) ? "final" : "latest");
+
+/* The task's main metric at the newest evaluation and at the best one, each labelled. */
 function headline(job) {
   const metric = job.headline_metric;
   if (!metric) return "";
   const latest = ((job.latest_metrics || {}).eval || {})[metric.name] ?? metric.value;
-  if (latest === null || latest === undefined) return metric.name;
   const best = metric.best;
-  return `${metric.name} ${fmt(latest)}${best !== null && best !== undefined && best !== latest ? ` (best ${fmt(best)})` : ""}`;
+  const parts = [];
+  if (latest !== null && latest !== undefined) parts.push(`${lastEval(job)} ${fmt(latest)}`);
+  if (best !== null && best !== undefined) parts.push(`best ${fmt(best)}`);
+  return parts.length ? `${metric.name}: ${parts.join(" · ")}` : metric.name;
 }
 
 /* Axis ticks that stay readable for learning rates (1e-5) as for losses (0.69). */
@@ -184,15 +224,14 @@ const tick = (value) => (value !== 0 && Math.abs(value) < 0.01 ? value.toExponen
 /* Optimizer steps: the training loop announces its total in an event ({max_train_steps}); a
  * finished job reports the steps it completed. */
 const maxStepsCache = new Map();
+const announcedSteps = (events) => (events.find((e) => e.data && e.data.max_train_steps) || { data: {} }).data.max_train_steps ?? null;
+const knownSteps = (job) => (job.result && job.result.completed_steps) || job.spec.max_train_steps || maxStepsCache.get(job.id) || null;
 async function maxSteps(job) {
-  if (job.result && job.result.completed_steps) return job.result.completed_steps;
-  if (job.spec.max_train_steps) return job.spec.max_train_steps;
-  if (maxStepsCache.has(job.id)) return maxStepsCache.get(job.id);
-  if (job.status !== "running" && job.status !== "cancelling") return null;
-  const page = await api(`v1/jobs/${job.id}/events?limit=100`);
-  const found = page.data.find((e) => e.data && e.data.max_train_steps);
-  if (found) maxStepsCache.set(job.id, found.data.max_train_steps);
-  return found ? found.data.max_train_steps : null;
+  const known = knownSteps(job);
+  if (known || (job.status !== "running" && job.status !== "cancelling")) return known;
+  const found = announcedSteps((await api(`v1/jobs/${job.id}/events?limit=100`)).data);
+  if (found) maxStepsCache.set(job.id, found);
+  return found;
 }
 
 function progressCell(job, total) {
@@ -306,57 +345,79 @@ async function jobsView(view, params) {
 // One job, live
 // ------------------------------------------------------------------------------------------------
 
+/* The log's last lines and where in the file they end: the point the live stream goes on from. */
+async function readLogTail(jobId) {
+  const response = await send(`v1/jobs/${jobId}/logs?tail=${LOG_TAIL_LINES}`, { headers: { Accept: "text/plain" } });
+  if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+  return {
+    text: await response.text(),
+    attempt: Number(response.headers.get("X-Gluejobs-Attempt") || 0),
+    offset: Number(response.headers.get("X-Gluejobs-Log-Offset") || 0),
+  };
+}
+
+const fact = (key, label, value) => h("div", { "data-fact": key }, h("span", {}, label), value);
+const jobLink = (id, text, attrs = {}) => h("a", { href: `#/jobs/${id}`, ...attrs }, text);
+
 async function jobView(view, jobId) {
   let job = await api(`v1/jobs/${jobId}`);
+  // Every panel is filled from reads made after the job's own, so nothing its header shows is missing
+  // from a chart (the stream alone left charts empty while it replayed a long log); the live stream
+  // then goes on from exactly where these reads ended.
+  const [metricRows, eventRows, logTail] = await Promise.all([
+    readAll(`v1/jobs/${jobId}/metrics`), readAll(`v1/jobs/${jobId}/events`), readLogTail(jobId)]);
+
   const facts = h("div", { class: "facts" });
   const title = h("h1", {});
   const cancel = h("button", { id: "cancel", class: "danger", onclick: async () => {
     cancel.disabled = true;
-    try { job = await api(`v1/jobs/${jobId}/cancel`, { method: "POST" }); renderHeader(); }
+    try { await api(`v1/jobs/${jobId}/cancel`, { method: "POST" }); await refreshJob(); }
     catch (error) { notice.textContent = error.message; }
   } }, "Cancel");
-  const again = h("button", { id: "submit-again", onclick: async () => {
-    const created = await api("v1/jobs", {
-      method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID() },
-      body: JSON.stringify({ spec: job.spec, priority: job.priority, max_attempts: job.max_attempts,
-        metadata: { ...job.metadata, resubmitted_from: String(job.id) } }),
-    });
-    location.hash = `#/jobs/${created.id}`;
-  } }, "Submit again");
+  const again = h("button", { id: "submit-again", onclick: () => openResubmit(job) }, "Submit again…");
   const notice = h("p", { class: "error", id: "job-error" });
+  const streamNotice = h("p", { class: "error", id: "stream-error" });
   const charts = h("div", { class: "charts" });
   const checkpointsBody = h("tbody", { id: "checkpoints" });
   const events = h("ul", { class: "events", id: "events" });
   const log = h("pre", { class: "log", id: "log" });
+  const logTitle = h("h2", {}, "Log");
   const artifacts = h("tbody", { id: "artifacts" });
   view.append(
-    h("div", { class: "toolbar" }, title, cancel, again, h("a", { href: `#/compare?ids=${jobId}` }, "compare…")),
-    h("div", { class: "card" }, facts, notice),
+    h("div", { class: "toolbar" }, title, cancel, again,
+      job.sweep_id ? h("a", { href: `#/sweeps/${job.sweep_id}`, id: "job-sweep" }, `one of sweep ${job.sweep_id}`) : null,
+      job.rerun_of ? jobLink(job.rerun_of, `rerun of job ${job.rerun_of}`, { id: "job-rerun-of" }) : null,
+      h("a", { href: `#/compare?ids=${jobId}` }, "compare…")),
+    h("div", { class: "card" }, facts, notice, streamNotice),
     h("h2", {}, "Curves"), charts,
     h("div", { class: "two" },
       h("div", {}, h("h2", {}, "Checkpoints"), h("table", {}, h("thead", {}, h("tr", {}, ["step", "epoch", "metrics", ""].map((c) => h("th", {}, c)))), checkpointsBody)),
       h("div", {}, h("h2", {}, "Artifacts"), h("table", {}, h("thead", {}, h("tr", {}, ["path", "kind", "size"].map((c) => h("th", {}, c)))), artifacts))),
     h("div", { class: "two" },
       h("div", {}, h("h2", {}, "Events"), events),
-      h("div", {}, h("h2", {}, "Log"), log)),
+      h("div", {}, logTitle, log)),
     h("h2", {}, "Resolved spec"), h("pre", { id: "spec" }, JSON.stringify(job.spec, null, 2)));
 
-  let total = await maxSteps(job).catch(() => null);
+  let total = knownSteps(job) || announcedSteps(eventRows);
   function renderHeader() {
     title.replaceChildren(`Job ${job.id} `, statusBadge(job.status));
     cancel.disabled = TERMINAL.has(job.status) || job.status === "cancelling";
     const train = (job.latest_metrics || {}).train || {};
-    facts.replaceChildren(...[
-      ["task / files", taskOf(job)], ["model", job.spec.model_name_or_path],
-      ["progress", progressCell(job, total)], ["metric", headline(job) || "—"],
-      ["attempts", `${job.attempts} of ${job.max_attempts}`], ["worker", job.worker_id || "—"],
-      ["created", when(job.created_at)], ["started", when(job.started_at) || "—"],
-      ["finished", when(job.finished_at) || "—"], ["duration", duration(job) || "—"],
-      ["seed", job.spec.seed], ["train loss", fmt(train.loss)],
-    ].map(([label, value]) => h("div", {}, h("span", {}, label), value)));
-    notice.textContent = job.error ? `${job.error_code ? `${job.error_code}: ` : ""}${job.error}` : "";
+    const metric = job.headline_metric;
+    const best = job.best_metrics;
+    const latest = metric ? ((job.latest_metrics || {}).eval || {})[metric.name] ?? metric.value : null;
+    fill(facts,
+      fact("task", "task / files", taskOf(job)), fact("model", "model", job.spec.model_name_or_path),
+      fact("progress", "progress", progressCell(job, total)),
+      metric ? fact(lastEval(job), `${metric.name} (${lastEval(job)} evaluation)`, fmt(latest)) : null,
+      best ? fact("best", `${best.metric} (best evaluation)`, `${fmt(best.value)} · step ${best.step}`) : null,
+      fact("attempts", "attempts", `${job.attempts} of ${job.max_attempts}`), fact("worker", "worker", job.worker_id || "—"),
+      fact("created", "created", when(job.created_at)), fact("started", "started", when(job.started_at) || "—"),
+      fact("finished", "finished", when(job.finished_at) || "—"), fact("duration", "duration", duration(job) || "—"),
+      fact("seed", "seed", job.spec.seed),
+      fact("train-loss", `train loss${train.step !== undefined ? ` (step ${train.step})` : ""}`, fmt(train.loss)));
+    notice.textContent = job.error ? plainText(`${job.error_code ? `${job.error_code}: ` : ""}${job.error}`) : "";
   }
-  renderHeader();
 
   const loss = new Chart(charts, "loss", "step");
   const lr = new Chart(charts, "learning_rate", "step");
@@ -365,10 +426,55 @@ async function jobView(view, jobId) {
     if (!evalCharts.has(name)) evalCharts.set(name, new Chart(charts, `eval ${name}`, "epoch"));
     return evalCharts.get(name);
   };
-  const renderCharts = () => { loss.render(); lr.render(); evalCharts.forEach((chart) => chart.render()); };
+  let lastMetric = 0;
+  let evaluated = false;
+  const addMetric = (row) => {
+    if (row.split === "train" && row.name === "loss") loss.add("train", row.step, row.value);
+    else if (row.split === "train" && row.name === "learning_rate") lr.add("train", row.step, row.value);
+    else if (row.split !== "train") { evalChart(row.name).add(row.split, row.epoch, row.value); evaluated = true; }
+    // The header's newest values come from the same rows as the charts.
+    const latest = (job.latest_metrics[row.split] ||= {});
+    if (row.step >= (latest.step ?? -1)) Object.assign(latest, { [row.name]: row.value, step: row.step, epoch: row.epoch });
+    lastMetric = Math.max(lastMetric, row.id || 0);
+  };
 
+  let lastEvent = 0;
+  const addEvent = (e) => {
+    events.append(h("li", { class: e.level }, h("span", { class: "time" }, new Date(e.created_at).toLocaleTimeString()), plainText(e.message)));
+    while (events.children.length > MAX_EVENTS_SHOWN) events.firstChild.remove();
+    if (e.data && e.data.max_train_steps) total = e.data.max_train_steps;
+  };
+
+  const terminal = new TerminalText(LOG_LINES_SHOWN);
+  let logAttempt = 0;
+  const addLog = (attempt, text) => {
+    if (attempt !== logAttempt) {
+      if (logAttempt) terminal.note(`── attempt ${attempt} ──`);
+      logAttempt = attempt;
+      logTitle.textContent = `Log · attempt ${attempt}`;
+    }
+    terminal.write(text);
+  };
+  let shownLog = -1;
+  const renderLog = () => {
+    if (terminal.version === shownLog) return;
+    shownLog = terminal.version;
+    const following = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.textContent = terminal.text(); // text, never HTML
+    if (following) log.scrollTop = log.scrollHeight;
+  };
+
+  // A panel's read of the job is followed by the metric rows written since the last one seen, so that
+  // no figure on the page is newer than what the charts draw; `read` is that read.
+  const withRows = async (read) => {
+    const value = await read;
+    const rows = await readAll(`v1/jobs/${jobId}/metrics`, lastMetric || null);
+    return [value, rows];
+  };
   const refreshCheckpoints = async () => {
-    const [list, files] = await Promise.all([api(`v1/jobs/${jobId}/checkpoints`), api(`v1/jobs/${jobId}/artifacts`)]);
+    const [[list, files], rows] = await withRows(Promise.all([api(`v1/jobs/${jobId}/checkpoints`), api(`v1/jobs/${jobId}/artifacts`)]));
+    rows.forEach(addMetric);
+    render();
     checkpointsBody.replaceChildren(...list.data.map((c) => h("tr", { "data-step": c.step, class: c.is_best ? "best" : "" },
       h("td", { class: "num" }, c.step), h("td", { class: "num" }, fmt(c.epoch, 2)),
       h("td", {}, Object.entries(c.metrics).map(([k, v]) => `${k} ${fmt(v)}`).join(", ")),
@@ -378,58 +484,64 @@ async function jobView(view, jobId) {
       h("td", {}, h("a", { href: "#", onclick: (e) => { e.preventDefault(); download(jobId, f.path); } }, f.path)),
       h("td", {}, f.kind), h("td", { class: "num" }, `${(f.size / 1024).toFixed(1)} KiB`))));
   };
-  await refreshCheckpoints();
 
-  let logText = "";
-  const addEvent = (e) => {
-    const item = h("li", { class: e.level }, h("span", { class: "time" }, new Date(e.created_at).toLocaleTimeString()), e.message);
-    events.append(item);
-    while (events.children.length > MAX_EVENTS_SHOWN) events.firstChild.remove();
-    events.scrollTop = events.scrollHeight;
-    if (e.data && e.data.max_train_steps) total = e.data.max_train_steps;
-  };
   let renderTimer = null;
-  let jobChanged = false;
-  const refreshJob = async () => { job = await api(`v1/jobs/${jobId}`); renderHeader(); };
-  const scheduleRender = () => {
-    if (renderTimer) return;
-    renderTimer = setTimeout(() => {
-      renderTimer = null;
-      renderCharts();
-      renderHeader();
-      // An evaluation may have a new best: the job itself says (one GET, at most every 250 ms).
-      if (jobChanged) { jobChanged = false; refreshJob().catch(() => {}); }
-    }, 250);
+  let lastRender = 0;
+  const refreshJob = async () => {
+    const [fresh, rows] = await withRows(api(`v1/jobs/${jobId}`));
+    job = fresh;
+    rows.forEach(addMetric);
+    render();
   };
+  const render = () => {
+    clearTimeout(renderTimer);
+    renderTimer = null;
+    lastRender = performance.now();
+    loss.render(); lr.render(); evalCharts.forEach((chart) => chart.render());
+    renderHeader();
+    renderLog();
+    events.scrollTop = events.scrollHeight;
+    // An evaluation may have a new best: the job itself says (read with the rows since, at most
+    // every RENDER_MS).
+    if (evaluated) { evaluated = false; refreshJob().catch(() => {}); }
+  };
+  // At most one render every RENDER_MS, even while rows pour in faster than timers fire.
+  const scheduleRender = () => {
+    const since = performance.now() - lastRender;
+    if (since >= RENDER_MS * 4) render();
+    else if (!renderTimer) renderTimer = setTimeout(render, Math.max(0, RENDER_MS - since));
+  };
+
+  metricRows.forEach(addMetric);
+  lastEvent = eventRows.length ? eventRows[eventRows.length - 1].id : 0;
+  eventRows.slice(-MAX_EVENTS_SHOWN).forEach(addEvent);
+  if (logTail.attempt) addLog(logTail.attempt, logTail.text);
+  await refreshCheckpoints();
+  render();
 
   const close = openStream(jobId, {
     logs: true,
+    from: `${lastMetric}.${lastEvent}.${logTail.attempt}.${logTail.offset}`,
     onEvent: (kind, data) => {
-      if (kind === "metric") {
-        if (data.split === "train" && data.name === "loss") loss.add("train", data.step, data.value);
-        else if (data.split === "train" && data.name === "learning_rate") lr.add("train", data.step, data.value);
-        else if (data.split !== "train") { evalChart(data.name).add(data.split, data.epoch, data.value); jobChanged = true; }
-        const latest = (job.latest_metrics[data.split] ||= {});
-        if (data.step >= (latest.step ?? -1)) Object.assign(latest, { [data.name]: data.value, step: data.step, epoch: data.epoch });
-        scheduleRender();
-      } else if (kind === "status") {
-        addEvent(data);
-        refreshJob().catch(() => {});
-      } else if (kind === "checkpoint") {
+      if (kind === "metric") { if (data.id > lastMetric) addMetric(data); } // else a panel's read brought it
+      else if (kind === "status") { addEvent(data); refreshJob().catch(() => {}); }
+      else if (kind === "checkpoint") {
         addEvent({ ...data, level: "info", message: `checkpoint at step ${data.step}${data.is_best ? " (best so far)" : ""}` });
         refreshCheckpoints().catch(() => {});
       } else if (kind === "event") {
         addEvent(data);
         if (data.kind === "checkpoint") refreshCheckpoints().catch(() => {});
-      } else if (kind === "log") {
-        logText = (logText + data.text).slice(-LOG_TAIL_CHARS);
-        log.textContent = logText;
-        log.scrollTop = log.scrollHeight;
-      }
+      } else if (kind === "log") addLog(data.attempt, data.text);
+      scheduleRender();
     },
-    onEnd: () => { refreshJob().catch(() => {}); refreshCheckpoints().catch(() => {}); renderCharts(); },
+    onEnd: (end) => {
+      if (end && end.error) streamNotice.textContent = `live updates stopped: ${end.error}`;
+      refreshJob().catch(() => {}); refreshCheckpoints().catch(() => {}); render();
+    },
   });
-  return () => { close(); clearTimeout(renderTimer); loss.destroy(); lr.destroy(); evalCharts.forEach((c) => c.destroy()); };
+  // The duration goes on between rows.
+  const clock = setInterval(() => { if (!TERMINAL.has(job.status)) renderHeader(); }, CLOCK_MS);
+  return () => { close(); clearTimeout(renderTimer); clearInterval(clock); loss.destroy(); lr.destroy(); evalCharts.forEach((c) => c.destroy()); };
 }
 
 async function download(jobId, path) {
@@ -443,8 +555,16 @@ async function download(jobId, path) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Compare: several jobs' eval curves overlaid, their final metrics side by side
+// Compare: the hyperparameters that differ, metrics at the final and the best evaluation side by side,
+// training loss and the eval curves overlaid
 // ------------------------------------------------------------------------------------------------
+
+/* The fields whose values are not the same in every spec (absent counts as a value), sorted. */
+function specDifferences(specs) {
+  const keys = [...new Set(specs.flatMap((spec) => Object.keys(spec)))].sort();
+  return keys.filter((key) => new Set(specs.map((spec) => JSON.stringify(spec[key]))).size > 1);
+}
+const shownValue = (value) => (value === undefined ? "—" : typeof value === "string" ? value : JSON.stringify(value));
 
 async function compareView(view, params) {
   const ids = (params.get("ids") || "").split(",").map((s) => parseInt(s, 10)).filter((n) => n > 0);
@@ -453,38 +573,54 @@ async function compareView(view, params) {
     h("div", { class: "toolbar" }, input, h("button", { class: "primary", onclick: () => { location.hash = `#/compare?ids=${input.value.replace(/\s/g, "")}`; } }, "Compare")));
   if (!ids.length) { view.append(h("p", { class: "muted" }, "Pick jobs on the jobs page, or type their ids.")); return () => {}; }
   const jobs = await Promise.all(ids.map((id) => api(`v1/jobs/${id}`)));
+  // Read after the jobs, as on a job's page: no curve lacks what a job's figures show.
+  const rows = await Promise.all(jobs.map((job) => readAll(`v1/jobs/${job.id}/metrics`)));
   const charts = h("div", { class: "charts" });
+  const loss = new Chart(charts, "train loss", "step");
   const byName = new Map();
-  for (const job of jobs) {
-    const rows = [];
-    for (const split of ["eval", "eval_mismatched"]) {
-      let after = null;
-      for (;;) {
-        const page = await api(`v1/jobs/${job.id}/metrics?split=${split}&limit=1000${after ? `&after=${after}` : ""}`);
-        rows.push(...page.data);
-        if (!page.has_more) break;
-        after = page.next_cursor;
+  jobs.forEach((job, i) => {
+    for (const row of rows[i]) {
+      if (row.split === "train") {
+        if (row.name === "loss") loss.add(`job ${job.id}`, row.step, row.value);
+        continue;
       }
-    }
-    for (const row of rows) {
       if (!byName.has(row.name)) byName.set(row.name, new Chart(charts, `eval ${row.name}`, "epoch"));
       byName.get(row.name).add(`job ${job.id}${row.split === "eval" ? "" : " mismatched"}`, row.epoch, row.value);
     }
-  }
-  const names = [...new Set(jobs.flatMap((job) => Object.keys((job.latest_metrics || {}).eval || {})))].filter((n) => n !== "step" && n !== "epoch");
-  view.append(h("h2", {}, "Final metrics"),
-    h("table", { id: "compare-table" },
-      h("thead", {}, h("tr", {}, h("th", {}, "metric"), jobs.map((job) => h("th", {}, h("a", { href: `#/jobs/${job.id}` }, `job ${job.id}`), " ", statusBadge(job.status))))),
-      h("tbody", {},
-        h("tr", {}, h("td", {}, "task / model"), jobs.map((job) => h("td", {}, `${taskOf(job)} · ${job.spec.model_name_or_path}`))),
-        names.map((name) => h("tr", {}, h("td", {}, name), jobs.map((job) => {
-          const value = ((job.latest_metrics || {}).eval || {})[name];
-          const best = job.best_metrics && job.best_metrics.metrics ? job.best_metrics.metrics[name] : undefined;
-          return h("td", { class: "num" }, fmt(value), best !== undefined && best !== value ? h("span", { class: "muted" }, ` (best ${fmt(best)})`) : null);
-        }))))),
-    h("h2", {}, "Evaluation curves"), charts);
+  });
+
+  const header = h("thead", {}, h("tr", {}, h("th", {}, ""), jobs.map((job) => h("th", {}, jobLink(job.id, `job ${job.id}`), " ", statusBadge(job.status)))));
+  const differing = specDifferences(jobs.map((job) => job.spec));
+  const same = Object.keys(jobs[0].spec).filter((key) => !differing.includes(key)).sort();
+  const paramsTable = h("table", { id: "compare-params" }, header.cloneNode(true),
+    h("tbody", {}, differing.map((key) => h("tr", { "data-field": key }, h("td", {}, key), jobs.map((job) => h("td", {}, shownValue(job.spec[key])))))));
+  const evalOf = (job) => (job.latest_metrics || {}).eval || {};
+  const names = [...new Set(jobs.flatMap((job) => [...Object.keys(evalOf(job)), ...Object.keys((job.best_metrics || {}).metrics || {})]))]
+    .filter((n) => n !== "step" && n !== "epoch").sort();
+  const metricRow = (name, point) => h("tr", { "data-metric": name, "data-point": point },
+    h("td", {}, `${name} (${point} evaluation)`),
+    jobs.map((job) => {
+      if (point === "best") {
+        const best = job.best_metrics;
+        const value = best && best.metrics ? best.metrics[name] : undefined;
+        return h("td", { class: "num" }, fmt(value), value !== undefined ? h("span", { class: "muted" }, ` · step ${best.step}`) : null);
+      }
+      const value = evalOf(job)[name];
+      return h("td", { class: "num" }, fmt(value), value !== undefined && !TERMINAL.has(job.status) ? h("span", { class: "muted" }, " · latest so far") : null);
+    }));
+  add(view,
+    h("h2", {}, "Hyperparameters that differ"),
+    jobs.length < 2 ? h("p", { class: "muted" }, "one job: nothing to compare it with")
+      : differing.length ? paramsTable : h("p", { class: "muted", id: "compare-same" }, "the specs are identical"),
+    same.length ? h("details", {}, h("summary", { class: "muted" }, `${same.length} field(s) the same in every job`),
+      h("p", { class: "muted" }, same.map((key) => `${key} = ${shownValue(jobs[0].spec[key])}`).join(" · "))) : null,
+    h("h2", {}, "Metrics at the final and at the best evaluation"),
+    h("table", { id: "compare-table" }, header,
+      h("tbody", {}, names.flatMap((name) => [metricRow(name, "final"), metricRow(name, "best")]))),
+    h("h2", {}, "Curves"), charts);
+  loss.render();
   byName.forEach((chart) => chart.render());
-  return () => byName.forEach((chart) => chart.destroy());
+  return () => { loss.destroy(); byName.forEach((chart) => chart.destroy()); };
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -536,41 +672,62 @@ function summaryCell(summary, isWinner) {
     fmt(summary.median), h("div", { class: "spread muted" }, spread));
 }
 
+/* The two evaluations a sweep's statistics are taken at (the API's `best` and `final`). */
+const SWEEP_POINTS = [
+  ["best", "At each job's best evaluation: median over seeds (± std · min–max)"],
+  ["final", "At each job's final evaluation: median over seeds (± std · min–max)"],
+];
+
+function sweepTable(sweep, point) {
+  const winner = sweep.winner ? configLabel(sweep.winner.configuration) : null;
+  const configurations = sweep.configurations || [];
+  const splits = [...new Set(configurations.flatMap((c) => Object.keys(c[point])))].sort();
+  const columns = splits.flatMap((split) => [...new Set(configurations.flatMap((c) => Object.keys(c[point][split] || {})))].sort().map((name) => [split, name]));
+  return h("table", { id: `sweep-${point}`, class: "sweep-table", "data-point": point },
+    h("thead", {}, h("tr", {}, h("th", {}, "configuration"), h("th", {}, "seeds"), h("th", {}, "jobs"),
+      columns.map(([split, name]) => h("th", { class: "num" }, `${split === "eval" ? "" : `${split} `}${name} (${point})${name === sweep.main_metric ? " ★" : ""}`)))),
+    h("tbody", {}, configurations.map((c) => {
+      const label = configLabel(c.configuration);
+      return h("tr", { class: "config-row", "data-winner": label === winner },
+        h("td", {}, label, label === winner ? h("span", { class: "best" }, " winner") : null),
+        h("td", { class: "num" }, `${c.seeds_evaluated} / ${c.seeds.length}`),
+        h("td", {}, c.job_ids.flatMap((id, i) => [jobLink(id, `#${id}`, { class: "job-link", "data-job": id, title: `seed ${c.seeds[i]}` }), " "]),
+          h("a", { href: `#/compare?ids=${c.job_ids.join(",")}`, class: "muted" }, countsText(c.job_counts))),
+        // The winner is ranked at the best evaluation: its cell is marked there only.
+        columns.map(([split, name]) => summaryCell((c[point][split] || {})[name], point === "best" && label === winner && name === sweep.main_metric)));
+    })));
+}
+
+function winnerSentence(sweep) {
+  const w = sweep.winner;
+  const configuration = (sweep.configurations || []).find((c) => configLabel(c.configuration) === configLabel(w.configuration));
+  const final = configuration && ((configuration.final.eval || {})[w.metric] || {}).median;
+  return `Winner on ${w.metric}, ranked at the best evaluation: ${configLabel(w.configuration)} — median ${fmt(w.median)} at the best evaluation`
+    + `${final !== undefined && final !== null ? `, ${fmt(final)} at the final evaluation` : ""}, over ${w.seeds_evaluated} seed(s).`;
+}
+
 async function sweepView(view, sweepId) {
   const content = h("div", {});
   view.append(content);
   let timer = null;
   let alive = true;
   const render = (sweep) => {
-    const winner = sweep.winner ? configLabel(sweep.winner.configuration) : null;
-    const configurations = sweep.configurations || [];
-    const splits = [...new Set(configurations.flatMap((c) => Object.keys(c.final)))].sort();
-    const columns = splits.flatMap((split) => [...new Set(configurations.flatMap((c) => Object.keys(c.final[split] || {})))].sort().map((name) => [split, name]));
     const cancel = h("button", { class: "danger", id: "cancel-sweep", disabled: TERMINAL.has(sweep.status), onclick: async () => {
       cancel.disabled = true;
-      render(await api(`v1/sweeps/${sweepId}/cancel`, { method: "POST" }));
+      await api(`v1/sweeps/${sweepId}/cancel`, { method: "POST" });
+      render(await api(`v1/sweeps/${sweepId}`)); // with its statistics, which the cancel's answer lacks
     } }, "Cancel sweep");
-    const table = h("table", { id: "sweep-table" },
-      h("thead", {}, h("tr", {}, h("th", {}, "configuration"), h("th", {}, "seeds"), h("th", {}, "jobs"),
-        columns.map(([split, name]) => h("th", { class: "num" }, `${split === "eval" ? "" : `${split} `}${name}${name === sweep.main_metric ? " ★" : ""}`)))),
-      h("tbody", {}, configurations.map((c) => {
-        const label = configLabel(c.configuration);
-        return h("tr", { class: "config-row", "data-winner": label === winner },
-          h("td", {}, label, label === winner ? h("span", { class: "best" }, " winner") : null),
-          h("td", { class: "num" }, `${c.seeds_evaluated} / ${c.seeds.length}`),
-          h("td", {}, h("a", { href: `#/compare?ids=${c.job_ids.join(",")}` }, countsText(c.job_counts))),
-          columns.map(([split, name]) => summaryCell((c.final[split] || {})[name], label === winner && name === sweep.main_metric)));
-      })));
-    content.replaceChildren(
+    const evaluated = (sweep.configurations || []).some((c) => c.seeds_evaluated);
+    fill(content,
       h("div", { class: "toolbar" }, h("h1", {}, `Sweep ${sweep.id} `, statusBadge(sweep.status)), cancel,
         h("a", { href: `#/compare?ids=${sweep.job_ids.join(",")}` }, "compare all its jobs…")),
       h("div", { class: "card facts" },
         [["task / files", sweepTask(sweep)], ["model", sweep.spec.model_name_or_path], ["seeds", sweep.seeds.join(", ")],
-         ["ranked by", sweep.main_metric], ["jobs", countsText(sweep.job_counts)], ["created", when(sweep.created_at)]]
+         ["ranked by", `${sweep.main_metric} at the best evaluation`], ["jobs", countsText(sweep.job_counts)], ["created", when(sweep.created_at)]]
           .map(([k, v]) => h("div", {}, h("span", {}, k), v))),
-      h("h2", {}, "Final evaluation: median over seeds (± std · min–max)"),
-      configurations.length ? table : h("p", { class: "muted" }, "no configuration has an evaluation yet"),
-      sweep.winner ? h("p", { id: "sweep-winner" }, `Winner on ${sweep.winner.metric}: ${winner} — median ${fmt(sweep.winner.median)} over ${sweep.winner.seeds_evaluated} seed(s).`) : null);
+      sweep.winner ? h("p", { id: "sweep-winner" }, winnerSentence(sweep)) : null,
+      SWEEP_POINTS.map(([point, heading]) => [h("h2", {}, heading), sweepTable(sweep, point)]),
+      evaluated ? null : h("p", { class: "muted" }, "no configuration has an evaluation yet"));
     return sweep;
   };
   const refresh = async () => {
