@@ -13,6 +13,7 @@ from pathlib import Path
 from bench.harness import GLUE_DATA as GLUE_DATA
 from bench.harness import QUICK_JOB as QUICK_JOB
 from bench.harness import REPO as REPO
+from bench.harness import bench_settings
 from shared.config import Settings
 
 POSTGRES_URL = os.environ.get(
@@ -26,23 +27,11 @@ TINY_DEBERTA_V2 = "tiny-deberta-v2"
 
 
 def settings_under(root: Path, database_url: str, *, models_dir: Path, **overrides: object) -> Settings:
-    """The tests' settings: folders under `root`, the tiny models, the GLUE kit, short leases and polls
-    (conftest's settings_factory; a module-wide service builds its own from the same)."""
-    values: dict[str, object] = {
-        "database_url": database_url,
-        "artifacts_dir": root / "artifacts",
-        "data_dir": root / "data",
-        "glue_dir": GLUE_DATA,
-        "models_dir": models_dir,
-        "cache_dir": root / "cache",
-        "lease_s": 30.0,
-        "heartbeat_s": 0.5,
-        "poll_interval_s": 0.2,
-        "cancel_grace_s": 5.0,
-    }
-    values.update(overrides)
+    """The tests' settings: the benchmarks' stack under `root` with the tiny models and short leases and
+    polls (conftest's settings_factory; a module-wide service builds its own from the same)."""
     (root / "data").mkdir(exist_ok=True)
-    return Settings(**values)  # type: ignore[arg-type]
+    values = {"models_dir": models_dir, "lease_s": 30.0, "heartbeat_s": 0.5, "poll_interval_s": 0.2}
+    return bench_settings(root, database_url=database_url, **{**values, "cancel_grace_s": 5.0, **overrides})
 
 
 MNLI_HEADER = (
