@@ -87,8 +87,9 @@ function openResubmit(job) {
     changes.replaceChildren(...(differences.length
       ? differences.map((k) => h("li", { "data-field": k }, `${k}: ${shownValue(job.spec[k])} → ${shownValue(wanted.spec[k])}`))
       : [h("li", {}, `no change: job ${job.id}'s spec again, seed ${job.spec.seed}`)]));
-    // One key per confirmation: a double click queues one job.
-    yes.dataset.key = crypto.randomUUID();
+    // One key per confirmation: a double click queues one job. (getRandomValues, not randomUUID: the
+    // latter exists only on https and localhost pages, and a team may serve this over plain http.)
+    yes.dataset.key = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, "0")).join("");
     editing(false);
     yes.focus();
   };
