@@ -175,7 +175,7 @@ def _save_tiny_recipe_models(root: Path, tokenizer: Any) -> None:
 def settings_factory(tmp_path: Path, models_dir: Path, glue_data: Path):  # type: ignore[no-untyped-def]
     def make(database_url: str, **overrides: object) -> Settings:
         return settings_under(
-            tmp_path, database_url, models_dir=models_dir, **{"glue_dir": glue_data, **overrides}
+            tmp_path, database_url, **{"models_dir": models_dir, "glue_dir": glue_data, **overrides}
         )
 
     return make
