@@ -3,6 +3,7 @@ deterministic runs, experiment trackers, and checkpoints that are models."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -303,6 +304,17 @@ def test_a_lora_checkpoint_is_an_adapter_that_peft_loads_and_resuming_from_it_is
         output_dir,
     )
     assert torch.equal(_predict(model, tokenizer), _predict(final, tokenizer))
+    # The adapter names its base as the job did, not by this worker's path to it.
+    for saved in (folder, output_dir):
+        assert (
+            json.loads((saved / "adapter_config.json").read_text())["base_model_name_or_path"] == TINY_MODEL
+        )
+        leaks = [
+            p.name
+            for p in saved.iterdir()
+            if p.is_file() and str(train_settings.models_dir) in p.read_text(errors="replace")
+        ]
+        assert leaks == []
 
     resumed, result, _ = resume(spec, train_settings, tmp_path, output_dir / "checkpoints", 2)
     assert [s for s, _ in resumed.values("train", "loss")] == [3, 4]
