@@ -117,8 +117,7 @@ def reproduction_lines(result: dict[str, Any] | None) -> list[str]:
             f"  {item['evaluation']} {item['split']} {item['name']}: {text(item['original'])} → "
             f"{text(item['rerun'])}"
         )
-    for name, values in ((result or {}).get("environment_differences") or {}).items():
-        lines.append(f"  environment {name}: {text(values)}")
+    lines += [f"  environment: {line}" for line in (result or {}).get("environment_differences") or []]
     return lines
 
 

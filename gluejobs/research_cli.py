@@ -300,19 +300,25 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  predict {name:<12} {split['where']}: {split['rows']} rows")
     for item in plan["data"]["unread"]:
         lines.append(f"  not read here     {item} (the worker reads it)")
-    lines.append("  " + _schedule_line(plan["schedule"]))
+    lines.append("  " + _schedule_line(plan["schedule"], spec))
     lines.append("  " + _tokens_line(plan["tokens"]))
     lines.append("  " + _memory_line(plan["memory"]))
     lines += [f"  warning: {w}" for w in plan["warnings"]]
     return lines
 
 
-def _schedule_line(schedule: dict[str, Any]) -> str:
+def _schedule_line(schedule: dict[str, Any], spec: dict[str, Any]) -> str:
     if schedule["status"] != "known":
         return f"schedule: unknown ({schedule['reason']})"
     steps = ", ".join(map(str, schedule["evaluation_steps"]))
+    # The epochs asked for (2.5), unless max_train_steps decides: then the epochs the steps span.
+    epochs = (
+        schedule["epochs"]
+        if spec.get("max_train_steps")
+        else spec.get("num_train_epochs", schedule["epochs"])
+    )
     return (
-        f"schedule: {schedule['steps_per_epoch']} steps/epoch × {schedule['epochs']} epochs = "
+        f"schedule: {schedule['steps_per_epoch']} steps/epoch × {epochs} epochs = "
         f"{schedule['total_optimizer_steps']} optimizer steps ({schedule['samples_per_optimizer_step']} "
         f"samples each), warmup {schedule['warmup_steps']}, {schedule['evaluations']} evaluations"
         + (f" at steps {steps}" if steps else "")

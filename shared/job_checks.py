@@ -67,6 +67,6 @@ def spec_warnings(spec: JobSpec) -> list[str]:
     if spec.max_train_steps is not None and changed:
         notes.append(
             f"num_train_epochs: max_train_steps {spec.max_train_steps} overrides num_train_epochs "
-            f"{spec.num_train_epochs}, as in the scripts"
+            f"{spec.num_train_epochs:g}, as in the scripts"
         )
     return notes

@@ -75,14 +75,15 @@ def resolve_sweep(
     for combination in combinations(grid, seeds):
         warnings: list[str] = []
         resolved = _resolve(spec, combination, settings, scope=scope, warnings=warnings)
+        # Described with the values as the job holds them ("1e-4" sent is 0.0001 stored).
+        described = Combination({name: resolved[name] for name in combination.values}, combination.seed)
         key = json.dumps(resolved, sort_keys=True)
         if key in seen:
             raise InvalidRequest(
-                f"combinations {seen[key]!r} and {combination.describe()!r} are the same job",
-                field="grid",
+                f"combinations {seen[key]!r} and {described.describe()!r} are the same job", field="grid"
             )
-        seen[key] = combination.describe()
-        jobs.append(SweepJob(resolved, combination.describe(), tuple(warnings), combination.values))
+        seen[key] = described.describe()
+        jobs.append(SweepJob(resolved, described.describe(), tuple(warnings), combination.values))
     return ResolvedSweep(_typed_spec(spec, jobs[0].spec), _typed_grid(grid, jobs), seeds, jobs)
 
 
