@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gluejobs import job_view, research_cli
+from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.local_files import with_local_file_hint
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if args.command not in FORWARDING_COMMANDS and extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # Refused by the command's own parser, which knows its options (for "did you mean").
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     # Servers log what they do; client commands print only their own lines.
     level = logging.INFO if args.command in ("serve", "worker", "migrate") else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gluejobs", description="GLUE fine-tuning jobs as a REST service")
+    parser = CommandParser(prog="gluejobs", description="GLUE fine-tuning jobs as a REST service")
     commands = parser.add_subparsers(dest="command", required=True)
 
     # Their flags belong to service/ and worker/; `gluejobs serve --help` shows them.
@@ -155,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client_command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.set_defaults(command_parser=parser)
     parser.add_argument(
         "--url", default=os.environ.get("GLUEJOBS_URL", DEFAULT_URL), help="the API's base URL"
     )

@@ -500,11 +500,12 @@ class JobSpec(BaseModel):
             )
         if self.metric_for_best_model is not None:
             allowed = self.allowed_metrics()
-            if self.metric_for_best_model.removeprefix("eval_") not in allowed:
+            name = self.metric_for_best_model.removeprefix("eval_")
+            if name not in allowed:
                 raise field_error(
                     "metric_for_best_model",
                     f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
-                    f"job; expected one of {', '.join(allowed)}",
+                    f"job{did_you_mean(name, allowed)} (it reports {', '.join(allowed)})",
                 )
         if self.do_predict and self.task_name is None and self.test_file is None:
             raise field_error(

@@ -137,6 +137,12 @@ def test_an_unknown_config_key_is_reported_as_a_key_of_its_file(
             id="enum",
         ),
         pytest.param(
+            {**SST2, "metric_for_best_model": "acuracy"},
+            "spec.metric_for_best_model",
+            "did you mean 'accuracy'?",
+            id="metric",
+        ),
+        pytest.param(
             {**SST2, "num_train_epochs": "two"},
             "spec.num_train_epochs",
             "must be a number, not 'two'",
@@ -150,6 +156,33 @@ def test_the_api_names_the_field_and_the_near_match(
     message = refusal(client, spec, field)
 
     assert message.startswith(f"{field}: ") and expected in message, message
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        pytest.param(
+            ["ls", "--stauts", "queued"],
+            "gluejobs ls: unrecognized arguments: --stauts queued; did you mean --status?",
+            id="option",
+        ),
+        pytest.param(
+            ["ls", "--status", "runing"],
+            "gluejobs ls: argument --status: invalid choice: 'runing' (choose from",
+            id="choice",
+        ),
+        pytest.param(["sho", "3"], "gluejobs: argument command: invalid choice: 'sho'", id="command"),
+    ],
+)
+def test_the_commands_own_options_are_refused_in_the_same_format(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(line) and len(err.strip().splitlines()) == 1, err
+    assert "did you mean" in err
 
 
 def test_the_leaderboard_suggests_a_task(client: TestClient) -> None:

@@ -115,7 +115,7 @@ def spec(**changes: Any) -> dict[str, Any]:
         pytest.param(
             spec(task_name=None, train_file="a.csv", validation_file="b.csv", metric_for_best_model="bleu"),
             "spec.metric_for_best_model",
-            "expected one of accuracy, f1, combined_score, pearson, spearmanr, mse, loss",
+            "(it reports accuracy, f1, combined_score, pearson, spearmanr, mse, loss)",
             id="own-files-metric",
         ),
     ],
