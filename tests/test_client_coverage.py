@@ -4,33 +4,22 @@ create, the dry run, rerun, sweeps, the leaderboard, and typed rows in the live 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from gluejobs import AsyncClient, Checkpoint, Client, Event, Metric, Plan, Sweep, TaskLeaderboard
-from shared.config import Settings
 from shared.db import Database
 from tests.dbutil import finish_as_a_worker
-from tests.e2e import live_api
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_train_samples": 16}
 
 
-@pytest.fixture
-def db_url(sqlite_url: str) -> str:
-    """The client's side of the API: SQLite alone."""
-    return sqlite_url
+# The client's side of the API: SQLite alone.
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
-@pytest.fixture
-def url(settings: Settings) -> Iterator[str]:
-    with live_api(settings) as http:
-        yield str(http.base_url).rstrip("/")
-
-
-def test_the_sync_client_has_every_part_of_the_api(url: str, db: Database) -> None:
-    with Client(url) as client:
+def test_the_sync_client_has_every_part_of_the_api(live_url: str, db: Database) -> None:
+    with Client(live_url) as client:
         job = client.jobs.create(model_name_or_path="tiny-bert", task_name="sst2", priority=2, seed=4)
         merged = client.jobs.create(SPEC, learning_rate=1e-4, metadata={"team": "nlp"})
         plan = client.jobs.dry_run(SPEC, num_train_epochs=1.5)
@@ -74,9 +63,9 @@ def test_the_sync_client_has_every_part_of_the_api(url: str, db: Database) -> No
     assert rows["end"] is None
 
 
-def test_the_async_client_has_the_same_methods(url: str, db: Database) -> None:
+def test_the_async_client_has_the_same_methods(live_url: str, db: Database) -> None:
     async def scenario() -> None:
-        async with AsyncClient(url) as client:
+        async with AsyncClient(live_url) as client:
             job = await client.jobs.create(model_name_or_path="tiny-bert", task_name="sst2")
             plan = await client.jobs.dry_run(model_name_or_path="tiny-bert", task_name="sst2")
             assert plan.spec["task_name"] == "sst2"
