@@ -12,7 +12,11 @@ from gluejobs.client import (
     Event,
     Job,
     Metric,
+    Plan,
     StreamEvent,
+    Sweep,
+    SweepPlan,
+    TaskLeaderboard,
     WorkerInfo,
 )
 
@@ -25,6 +29,10 @@ __all__ = [
     "Event",
     "Job",
     "Metric",
+    "Plan",
     "StreamEvent",
+    "Sweep",
+    "SweepPlan",
+    "TaskLeaderboard",
     "WorkerInfo",
 ]

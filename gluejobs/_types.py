@@ -84,10 +84,64 @@ class Job(Result):
     best_metrics: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     headline_metric: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    sweep_id: int | None = None
+    rerun_of: int | None = None
+    reproduction: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class Plan(Result):
+    """A dry run's answer (`jobs.dry_run`): what the job would do; nothing was stored."""
+
+    spec: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    tokens: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Sweep(Result):
+    id: int = 0
+    status: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    job_ids: list[int] = field(default_factory=list)
+    job_counts: dict[str, int] = field(default_factory=dict)
+    main_metric: str = ""
+    configurations: list[dict[str, Any]] | None = None  # `sweeps.get` only: statistics over seeds
+    winner: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SweepPlan(Result):
+    """A sweep's dry run (`sweeps.dry_run`): each combination's resolved spec; nothing was stored."""
+
+    spec: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # {configuration, spec, warnings}
+
+
+@dataclass(frozen=True)
+class TaskLeaderboard(Result):
+    """One task's board: entries ranked by its main metric, beside its majority-class baseline."""
+
+    task: str = ""
+    metric: str = ""
+    baseline: dict[str, Any] | None = None
+    entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -146,8 +200,23 @@ class WorkerInfo(Result):
 @dataclass(frozen=True)
 class StreamEvent:
     """One Server-Sent Event of /v1/jobs/{id}/stream: `event` is metric, checkpoint, status, event,
-    log or end; `data` its decoded JSON; `id` the cursor to resume after it."""
+    log or end; `data` its decoded JSON; `id` the cursor to resume after it; `row` the typed row
+    (a Metric, a Checkpoint, or an Event for status and event; None for log and end, whose `data`
+    is `{attempt, text}` and `{status}`)."""
 
     event: str
     data: Any
     id: str | None
+
+    @property
+    def row(self) -> Metric | Checkpoint | Event | None:
+        kind = _STREAM_ROWS.get(self.event)
+        return kind.from_json(self.data) if kind is not None and isinstance(self.data, Mapping) else None
+
+
+_STREAM_ROWS: dict[str, type[Metric] | type[Checkpoint] | type[Event]] = {
+    "metric": Metric,
+    "checkpoint": Checkpoint,
+    "status": Event,
+    "event": Event,
+}

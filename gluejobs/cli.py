@@ -16,12 +16,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gluejobs import research_cli
+from gluejobs import job_view, research_cli
+from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
+from gluejobs.local_files import with_local_file_hint
+from gluejobs.output import closed_pipe, error_line, print_json, table
 from gluejobs.watch import watch_job
 
 # Commands that hand the rest of the command line to another parser.
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if args.command not in FORWARDING_COMMANDS and extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # Refused by the command's own parser, which knows its options (for "did you mean").
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     # Servers log what they do; client commands print only their own lines.
     level = logging.INFO if args.command in ("serve", "worker", "migrate") else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,14 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(handler(args, extra) or 0)
     except (CliError, ApiError) as exc:
-        print(f"gluejobs {args.command}: {exc}", file=sys.stderr)
+        print(error_line(args.command, exc), file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `gluejobs ls | head`: the reader has what it wanted
+        return closed_pipe()
     except KeyboardInterrupt:
         return 130
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gluejobs", description="GLUE fine-tuning jobs as a REST service")
+    parser = CommandParser(prog="gluejobs", description="GLUE fine-tuning jobs as a REST service")
     commands = parser.add_subparsers(dest="command", required=True)
 
     # Their flags belong to service/ and worker/; `gluejobs serve --help` shows them.
@@ -90,21 +95,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
+    _json_option(submit, "the job (with --dry-run: the plan) as the API returns it")
 
     ls = _client_command(commands, "ls", help="list jobs, newest first")
     ls.add_argument("--status", action="append", choices=STATUSES, help="only these (repeatable)")
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    ls.add_argument("--json", action="store_true", help="one JSON object a line")
+    _json_option(ls, "the jobs as one JSON list")
 
     workers = _client_command(commands, "workers", help="list workers: host, devices, state, current jobs")
-    workers.add_argument("--json", action="store_true", help="one JSON object a line")
+    _json_option(workers, "the workers as one JSON list")
 
-    show = _client_command(commands, "show", help="a job: status, spec, metrics, checkpoints")
+    show = _client_command(commands, "show", help="a job: status, metrics, checkpoints, warnings, spec")
     show.add_argument("job_id", type=int)
-    show.add_argument("--json", action="store_true", help="the job as the API returns it")
+    _json_option(show, "the job as the API returns it")
 
     cancel = _client_command(commands, "cancel", help="cancel a queued or running job")
     cancel.add_argument("job_id", type=int)
+    _json_option(cancel, "the job as the API returns it")
 
     logs = _client_command(commands, "logs", help="a job's log (a failed job's traceback)")
     logs.add_argument("job_id", type=int)
@@ -118,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     metrics.add_argument("--csv", action="store_true", help="CSV with a header line")
     metrics.add_argument("--split", help="train, eval or eval_mismatched")
     metrics.add_argument("--name", help="e.g. loss, accuracy")
+    _json_option(metrics, "the rows as one JSON list (with --follow: once the job ends)")
 
     download = _client_command(commands, "download", help="download a job's final model or a checkpoint")
     download.add_argument("job_id", type=int)
@@ -136,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _job_options(resubmit)
     resubmit.add_argument("--watch", action="store_true", help="follow the new job until it ends")
+    _json_option(resubmit, "the new job as the API returns it")
 
     watch = _client_command(
         commands, "watch", help="a progress bar over the job's optimizer steps, and a line per evaluation"
@@ -148,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client_command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.set_defaults(command_parser=parser)
     parser.add_argument(
         "--url", default=os.environ.get("GLUEJOBS_URL", DEFAULT_URL), help="the API's base URL"
     )
@@ -155,6 +165,10 @@ def _client_command(commands: Any, name: str, **kwargs: Any) -> argparse.Argumen
         "--api-key", default=os.environ.get("GLUEJOBS_API_KEY"), help="a bearer key, if required"
     )
     return parser
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"{what}: one JSON document")
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
@@ -228,23 +242,30 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     except ScriptArgsError as exc:
         raise CliError(str(exc)) from exc
     if args.dry_run:
-        print(json.dumps(spec, indent=2))
         return _print_plan(args, spec)
     return _create(args, spec, _metadata(args.metadata))
 
 
 def _print_plan(args: argparse.Namespace, spec: dict[str, Any]) -> int:
-    """The API's dry run (data checks, steps, tokens, memory), when an API answers; nothing is stored."""
-    body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts}
+    """The resolved spec and the API's dry run (data checks, steps, tokens, memory), when an API
+    answers; nothing is stored."""
     try:
-        with Client(args.url, api_key=args.api_key or "", retries=0) as client:
-            plan = client.request("POST", "/v1/jobs", params={"dry_run": "true"}, json=body)
+        with Client(args.url, api_key=args.api_key or "", retries=0) as client, with_local_file_hint(spec):
+            plan = client.jobs.dry_run(spec, priority=args.priority, max_attempts=args.max_attempts)
     except ApiError as exc:
         if exc.code != "unreachable":
             raise
-        print(f"note: no plan (data checks, steps, memory): {exc}", file=sys.stderr)
+        if args.json:
+            print_json({"dry_run": True, "spec": spec})
+        else:
+            print(json.dumps(spec, indent=2))
+        print(f"note: no plan (data checks, steps, memory): {exc.message}", file=sys.stderr)
         return 0
-    print("\n".join(research_cli.plan_lines(plan)))
+    if args.json:
+        print_json(plan.raw)
+        return 0
+    print(json.dumps(plan.spec, indent=2))
+    print("\n".join(research_cli.plan_lines(plan.raw)))
     return 0
 
 
@@ -263,6 +284,16 @@ def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
         return research_cli.run_glue_zip(args, extra, client)
 
 
+def _leaderboard(args: argparse.Namespace, extra: list[str]) -> int:
+    with _client(args) as client:
+        return research_cli.run_leaderboard(args, extra, client)
+
+
+def _rerun(args: argparse.Namespace, extra: list[str]) -> int:
+    with _client(args) as client:
+        return research_cli.run_rerun(args, extra, client)
+
+
 def _resubmit(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         original = client.jobs.get(args.job_id)
@@ -276,69 +307,45 @@ def _resubmit(args: argparse.Namespace, _extra: list[str]) -> int:
 
 def _create(args: argparse.Namespace, spec: dict[str, Any], metadata: dict[str, str]) -> int:
     with _client(args) as client:
-        job = client.jobs.create(
-            spec, priority=args.priority, max_attempts=args.max_attempts, metadata=metadata
-        )
-        print(f"job {job.id} queued (seed {job.spec.get('seed')})")
-        if args.watch:
-            return watch_job(client, job.id)
-    return 0
+        with with_local_file_hint(spec):
+            job = client.jobs.create(
+                spec, priority=args.priority, max_attempts=args.max_attempts, metadata=metadata
+            )
+        return job_view.created(client, job, json_output=args.json, watch=args.watch)
 
 
 def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     with _client(args) as client:
         jobs = list(_take(client.jobs.list(status=args.status), args.limit))
     if args.json:
-        for job in jobs:
-            print(json.dumps(job.raw))
+        print_json([job.raw for job in jobs])
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("id", "status", "task", "model", "metric", "progress", "duration", "created"):
-        table.add_column(column, justify="right" if column in ("id", "metric") else "left")
-    for job in jobs:
-        table.add_row(
-            str(job.id),
-            job.status,
-            _task(job),
-            str(job.spec.get("model_name_or_path", "")),
-            _headline(job),
-            _progress(job),
-            _duration(job),
-            _when(job.created_at),
-        )
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    rows = [job_view.ls_row(job) for job in jobs]
+    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT)))
     return 0
 
 
 def _workers(args: argparse.Namespace, _extra: list[str]) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     with _client(args) as client:
         workers = client.workers.list()
     if args.json:
-        for worker in workers:
-            print(json.dumps(worker.raw))
+        print_json([worker.raw for worker in workers])
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("id", "host", "pid", "state", "devices", "jobs", "heartbeat", "started"):
-        table.add_column(column, justify="right" if column == "pid" else "left")
-    for worker in workers:
-        jobs = ", ".join(f"{job['id']} (attempt {job['attempt']})" for job in worker.jobs) or "-"
-        table.add_row(
+    rows = [
+        [
             worker.id,
             worker.host,
             str(worker.pid),
             worker.state,
             ",".join(worker.devices) or "-",
-            jobs,
-            _when(worker.last_heartbeat_at),
-            _when(worker.started_at),
-        )
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+            ", ".join(f"{job['id']} (attempt {job['attempt']})" for job in worker.jobs) or "-",
+            job_view.when(worker.last_heartbeat_at),
+            job_view.when(worker.started_at),
+        ]
+        for worker in workers
+    ]
+    columns = ("id", "host", "pid", "state", "devices", "jobs", "heartbeat", "started")
+    print("\n".join(table(columns, rows, right={"pid"})))
     return 0
 
 
@@ -347,38 +354,19 @@ def _show(args: argparse.Namespace, _extra: list[str]) -> int:
         job = client.jobs.get(args.job_id)
         checkpoints = client.jobs.checkpoints(args.job_id)
     if args.json:
-        print(json.dumps(job.raw, indent=2))
+        print_json(job.raw)
         return 0
-    lines = [
-        f"job {job.id}: {job.status} (attempt {job.attempts} of {job.max_attempts})",
-        f"  task      {_task(job)}    model {job.spec.get('model_name_or_path')}",
-        f"  created   {_when(job.created_at)}    duration {_duration(job)}",
-        f"  progress  {_progress(job)}    {_headline(job)}",
-    ]
-    if job.worker_id:
-        lines.append(f"  worker    {job.worker_id} (attempt {job.attempts})")
-    if job.error:
-        lines.append(f"  error     {job.error_code or 'failed'}: {job.error.splitlines()[0]}")
-    for split, values in sorted(job.latest_metrics.items()):
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in values.items() if k not in ("step", "epoch"))
-        lines.append(f"  {split:<9} {shown} (step {values.get('step')})")
-    if job.best_metrics:
-        best = job.best_metrics
-        lines.append(f"  best      {best['metric']} {best['value']:.4f} at step {best['step']}")
-    for checkpoint in checkpoints:
-        mark = " (best)" if checkpoint.is_best else ""
-        lines.append(
-            f"  checkpoint step {checkpoint.step} epoch {checkpoint.epoch:g}{mark}: {checkpoint.path}"
-        )
-    lines.append("  spec      " + json.dumps(job.spec, sort_keys=True))
-    print("\n".join(lines))
+    print("\n".join(job_view.summary(job, checkpoints)))
     return 0
 
 
 def _cancel(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         job = client.jobs.cancel(args.job_id)
-    print(f"job {job.id}: {job.status}")
+    if args.json:
+        print_json(job.raw)
+    else:
+        print(f"job {job.id}: {job.status}")
     return 0
 
 
@@ -395,11 +383,17 @@ def _logs(args: argparse.Namespace, _extra: list[str]) -> int:
 
 def _metrics(args: argparse.Namespace, _extra: list[str]) -> int:
     columns = ("id", "epoch", "step", "split", "name", "value", "created_at")
+    if args.json and args.csv:
+        raise CliError("--json or --csv, not both")
     writer = csv.writer(sys.stdout, lineterminator="\n") if args.csv else None
     if writer:
         writer.writerow(columns)
     with _client(args) as client:
-        for row in client.jobs.metrics(args.job_id, follow=args.follow, split=args.split, name=args.name):
+        rows = client.jobs.metrics(args.job_id, follow=args.follow, split=args.split, name=args.name)
+        if args.json:
+            print_json([row.raw for row in rows])
+            return 0
+        for row in rows:
             if writer:
                 writer.writerow([row.raw[c] for c in columns])
             else:
@@ -426,42 +420,8 @@ def _watch(args: argparse.Namespace, _extra: list[str]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Formatting
+# Parsing options
 # ---------------------------------------------------------------------------------------------------
-
-
-def _task(job: Job) -> str:
-    return str(job.spec.get("task_name") or job.spec.get("train_file") or "")
-
-
-def _headline(job: Job) -> str:
-    headline = job.headline_metric or {}
-    value = headline.get("best") if headline.get("best") is not None else headline.get("value")
-    return f"{headline['name']} {value:.4f}" if value is not None else ""
-
-
-def _progress(job: Job) -> str:
-    train = job.latest_metrics.get("train") or {}
-    step = train.get("step")
-    if step is None:
-        return ""
-    total = (job.result or {}).get("completed_steps") or job.spec.get("max_train_steps")
-    return f"step {step}{f'/{total}' if total else ''} · epoch {train.get('epoch', 0):.2f}"
-
-
-def _duration(job: Job) -> str:
-    if job.started_at is None:
-        return ""
-    seconds = int(((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds())
-    return (
-        f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
-        if seconds >= 3600
-        else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
-
-
-def _when(moment: datetime | None) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else ""
 
 
 def _metadata(items: list[str]) -> dict[str, str]:
@@ -506,6 +466,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "watch": _watch,
     "sweep": _sweep,
     "glue-zip": _glue_zip,
+    "leaderboard": _leaderboard,
+    "rerun": _rerun,
 }
 
 

@@ -24,7 +24,7 @@ naming its request and result type. The other route, writing the async client an
 sync one (httpcore's unasync), was not taken: it keeps a second full copy of the client in the tree
 (the I/O-free core would still be wanted, to test the rules without a network) and needs a
 generator and its check in CI; here the two classes share all decisions and differ only where
-their I/O does. Adding an endpoint: a line in `Jobs` and its awaited twin in `AsyncJobs`.
+their I/O does. Adding an endpoint: a line in `Jobs` (or `Sweeps`) and its awaited twin in `AsyncJobs`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import builtins
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
@@ -68,8 +68,12 @@ from gluejobs._types import (
     Event,
     Job,
     Metric,
+    Plan,
     Result,
     StreamEvent,
+    Sweep,
+    SweepPlan,
+    TaskLeaderboard,
     WorkerInfo,
 )
 
@@ -83,6 +87,7 @@ __all__ = [
     "Artifact",
     "AsyncClient",
     "AsyncJobs",
+    "AsyncSweeps",
     "AsyncWorkers",
     "Checkpoint",
     "Client",
@@ -90,8 +95,13 @@ __all__ = [
     "Job",
     "Jobs",
     "Metric",
+    "Plan",
     "RetryPolicy",
     "StreamEvent",
+    "Sweep",
+    "SweepPlan",
+    "Sweeps",
+    "TaskLeaderboard",
     "WorkerInfo",
     "Workers",
 ]
@@ -106,7 +116,7 @@ TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport
 
 
 class JobOptions(TypedDict, total=False):
-    """`jobs.create`'s options beside the spec."""
+    """`jobs.create`'s options beside the spec (every other keyword argument is a spec field)."""
 
     priority: int  # default 0
     metadata: Mapping[str, str]
@@ -114,21 +124,67 @@ class JobOptions(TypedDict, total=False):
     idempotency_key: str  # generated when absent: one key for every try of this call
 
 
+class SweepOptions(TypedDict, total=False):
+    """`sweeps.create`'s options beside the spec."""
+
+    seeds: Sequence[int]
+    grid: Mapping[str, Sequence[Any]]
+    priority: int
+    metadata: Mapping[str, str]
+    max_attempts: int
+
+
 # ---------------------------------------------------------------------------------------------------
 # The requests of each resource, built once for both clients
 # ---------------------------------------------------------------------------------------------------
 
 
-def _create(spec: Mapping[str, Any], options: JobOptions) -> Call:
+def _job_body(
+    spec: Mapping[str, Any] | None, options: Mapping[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """A job's body from a spec dict and/or keyword arguments (`model_name_or_path=…`): the options
+    JobOptions names go beside the spec, every other keyword is a spec field. And its
+    Idempotency-Key, if one was given."""
+    if spec is not None and not isinstance(spec, Mapping):
+        raise TypeError(f"the spec is a dict (or keyword arguments), not {type(spec).__name__}")
+    fields = {k: v for k, v in options.items() if k not in JobOptions.__annotations__}
     body = {
-        "spec": dict(spec),
+        "spec": {**(spec or {}), **fields},
         "priority": options.get("priority", 0),
         "metadata": dict(options.get("metadata") or {}),
         "max_attempts": options.get("max_attempts", 3),
     }
+    return body, options.get("idempotency_key")
+
+
+def _create(spec: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Call:
+    body, key = _job_body(spec, options)
     # One key for every try: the API answers a repeat with the job the first try made.
-    key = options.get("idempotency_key") or str(uuid.uuid4())
-    return Call("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key})
+    return Call("POST", "/v1/jobs", json=body, headers={"Idempotency-Key": key or str(uuid.uuid4())})
+
+
+def _dry_run(spec: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Call:
+    # Stores nothing, so it is safe to send again.
+    return Call("POST", "/v1/jobs", params={"dry_run": "true"}, json=_job_body(spec, options)[0])
+
+
+def _sweep(spec: Mapping[str, Any], options: SweepOptions, *, dry_run: bool = False) -> Call:
+    body = {
+        "spec": dict(spec),
+        "seeds": list(options.get("seeds") or []),
+        "grid": {name: list(values) for name, values in (options.get("grid") or {}).items()},
+        "priority": options.get("priority", 0),
+        "metadata": dict(options.get("metadata") or {}),
+        "max_attempts": options.get("max_attempts", 3),
+    }
+    params = {"dry_run": "true"} if dry_run else None
+    # A sweep has no Idempotency-Key: a create is not sent again after a failure that may have
+    # reached the server (it would queue the sweep twice); a dry run stores nothing.
+    return Call("POST", "/v1/sweeps", params=params, json=body, idempotent=dry_run)
+
+
+def _leaderboard(task: str | None) -> Call:
+    return Call("GET", "/v1/leaderboard", params=query(task=task))
 
 
 def _jobs(status: str | builtins.list[str] | None, page_size: int) -> Call:
@@ -222,6 +278,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
 
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: Jobs(client))
+    sweeps = cached_property(lambda client: Sweeps(client))
     workers = cached_property(lambda client: Workers(client))
 
     def __enter__(self) -> Client:
@@ -246,6 +303,11 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     def fetch(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
         """A GET endpoint's raw bytes (GLUE's submission zip …), retried, with the same errors."""
         return self._send(Call("GET", path, dict(params or {}))).content
+
+    def leaderboard(self, *, task: str | None = None) -> builtins.list[TaskLeaderboard]:
+        """Succeeded jobs and sweeps ranked by each task's main metric, beside the majority-class
+        baseline: one board per task (only `task`'s when given)."""
+        return self._all(_leaderboard(task), TaskLeaderboard)
 
     def _send(self, call: Call, into: Receiver | None = None) -> Answer:
         """`call`'s final answer, after as many tries as the retry rules allow (gluejobs/_core.py)."""
@@ -312,9 +374,23 @@ class Jobs:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, spec: Mapping[str, Any], **options: Unpack[JobOptions]) -> Job:
-        """Queue a job; retried safely under one Idempotency-Key (generated unless given)."""
+    def create(self, spec: Mapping[str, Any] | None = None, /, **options: Any) -> Job:
+        """Queue a job: its spec as a dict, or its fields as keyword arguments
+        (`create(model_name_or_path="bert-base-cased", task_name="mrpc")`), or both; JobOptions
+        (priority, metadata, max_attempts, idempotency_key) beside them. Retried safely under one
+        Idempotency-Key (generated unless given). The job's `warnings` say what the API accepted
+        with a word of warning."""
         return self._c._one(_create(spec, options), Job)
+
+    def dry_run(self, spec: Mapping[str, Any] | None = None, /, **options: Any) -> Plan:
+        """The plan of the job `create` would queue (data checks, steps, tokens, memory, warnings),
+        storing nothing."""
+        return self._c._one(_dry_run(spec, options), Plan)
+
+    def rerun(self, job_id: int) -> Job:
+        """Queue the job's exact spec again (same seed); once both have finished, `get(rerun.id)`
+        has `reproduction`: whether the metrics matched."""
+        return self._c._one(Call("POST", f"/v1/jobs/{job_id}/rerun", idempotent=False), Job)
 
     def get(self, job_id: int) -> Job:
         return self._c._one(Call("GET", f"/v1/jobs/{job_id}"), Job)
@@ -378,6 +454,32 @@ class Jobs:
         return target.root
 
 
+class Sweeps:
+    """`client.sweeps`: one job per combination of seeds and grid values, and statistics over seeds."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, spec: Mapping[str, Any], **options: Unpack[SweepOptions]) -> Sweep:
+        """Queue the sweep (`seeds=[0, 1, 2]`, `grid={"learning_rate": [1e-4, 5e-4]}`); not sent again
+        after a failure that may have reached the server."""
+        return self._c._one(_sweep(spec, options), Sweep)
+
+    def dry_run(self, spec: Mapping[str, Any], **options: Unpack[SweepOptions]) -> SweepPlan:
+        """Every combination checked and resolved, storing nothing."""
+        return self._c._one(_sweep(spec, options, dry_run=True), SweepPlan)
+
+    def get(self, sweep_id: int) -> Sweep:
+        """The sweep with its per-configuration statistics and winner."""
+        return self._c._one(Call("GET", f"/v1/sweeps/{sweep_id}"), Sweep)
+
+    def list(self, *, page_size: int = 100) -> Iterator[Sweep]:
+        return self._c._paginate(Call("GET", "/v1/sweeps", params={"limit": page_size}), Sweep.from_json)
+
+    def cancel(self, sweep_id: int) -> Sweep:
+        return self._c._one(Call("POST", f"/v1/sweeps/{sweep_id}/cancel", idempotent=False), Sweep)
+
+
 class Workers:
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -396,6 +498,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
 
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: AsyncJobs(client))
+    sweeps = cached_property(lambda client: AsyncSweeps(client))
     workers = cached_property(lambda client: AsyncWorkers(client))
 
     async def __aenter__(self) -> AsyncClient:
@@ -417,6 +520,9 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
 
     async def fetch(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
         return (await self._send(Call("GET", path, dict(params or {})))).content
+
+    async def leaderboard(self, *, task: str | None = None) -> builtins.list[TaskLeaderboard]:
+        return await self._all(_leaderboard(task), TaskLeaderboard)
 
     async def _send(self, call: Call, into: Receiver | None = None) -> Answer:
         retry = Retry(call, self._retry, self.base_url)
@@ -484,8 +590,14 @@ class AsyncJobs:
     def __init__(self, client: AsyncClient) -> None:
         self._c = client
 
-    async def create(self, spec: Mapping[str, Any], **options: Unpack[JobOptions]) -> Job:
+    async def create(self, spec: Mapping[str, Any] | None = None, /, **options: Any) -> Job:
         return await self._c._one(_create(spec, options), Job)
+
+    async def dry_run(self, spec: Mapping[str, Any] | None = None, /, **options: Any) -> Plan:
+        return await self._c._one(_dry_run(spec, options), Plan)
+
+    async def rerun(self, job_id: int) -> Job:
+        return await self._c._one(Call("POST", f"/v1/jobs/{job_id}/rerun", idempotent=False), Job)
 
     async def get(self, job_id: int) -> Job:
         return await self._c._one(Call("GET", f"/v1/jobs/{job_id}"), Job)
@@ -542,6 +654,28 @@ class AsyncJobs:
         for item in target.requested or target.choose(await self.artifacts(job_id)):
             await self._c._send(target.call(item), into=target.receiver(item))
         return target.root
+
+
+class AsyncSweeps:
+    """`client.sweeps` of AsyncClient: Sweeps' methods, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, spec: Mapping[str, Any], **options: Unpack[SweepOptions]) -> Sweep:
+        return await self._c._one(_sweep(spec, options), Sweep)
+
+    async def dry_run(self, spec: Mapping[str, Any], **options: Unpack[SweepOptions]) -> SweepPlan:
+        return await self._c._one(_sweep(spec, options, dry_run=True), SweepPlan)
+
+    async def get(self, sweep_id: int) -> Sweep:
+        return await self._c._one(Call("GET", f"/v1/sweeps/{sweep_id}"), Sweep)
+
+    def list(self, *, page_size: int = 100) -> AsyncIterator[Sweep]:
+        return self._c._paginate(Call("GET", "/v1/sweeps", params={"limit": page_size}), Sweep.from_json)
+
+    async def cancel(self, sweep_id: int) -> Sweep:
+        return await self._c._one(Call("POST", f"/v1/sweeps/{sweep_id}/cancel", idempotent=False), Sweep)
 
 
 class AsyncWorkers:

@@ -27,7 +27,9 @@ from typing import Any, TextIO, get_args, get_origin
 
 from pydantic import ValidationError
 
-from shared.spec import LORA_OPTIONS, JobSpec
+from shared import error_words
+from shared.spec import LORA_OPTIONS, JobSpec, spec_keys
+from shared.suggest import did_you_mean
 
 
 class ScriptArgsError(ValueError):
@@ -189,7 +191,12 @@ def config_file_to_spec(path: Path, *, overrides: list[str] | None = None) -> Tr
     otherwise; `overrides` are flags that replace its values."""
     values = _read_config(path)
     flags = ["--recipe", "trainer"] if "recipe" not in values else []
+    known = flag_names()
     for key, value in values.items():
+        if str(key) not in known:
+            # The file's key, in the file's words (not as a command-line flag it never was).
+            hint = did_you_mean(str(key), known)
+            raise ScriptArgsError(f"{path.name}: unknown key {str(key)!r}{hint}")
         flags += _as_flag(str(key), value)
     translation = Translation({})
     translation.spec = script_flags_to_spec(flags + list(overrides or []), notes=translation.notes)
@@ -233,8 +240,11 @@ def resolved_spec(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return JobSpec.model_validate(spec).model_dump(mode="json")
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
-        raise ScriptArgsError(f"the spec is not valid: {problems}") from None
+        # The API's own words for the same refusal (shared/error_words.py), so a spec refused here
+        # reads as it would from the server.
+        raise ScriptArgsError(
+            error_words.problem(exc, prefix="spec", known=lambda _loc: spec_keys()).line()
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -250,9 +260,7 @@ def script_flags_to_spec(
     notes = notes if notes is not None else []
     values, unknown = _flag_parser().parse_known_args(flags)
     if unknown:
-        raise ScriptArgsError(
-            f"unknown flag(s): {' '.join(unknown)} (see `gluejobs submit --help` and the job spec)"
-        )
+        raise ScriptArgsError(_unknown_flag(unknown))
     spec: dict[str, Any] = {"recipe": recipe} if recipe else {}
     for name, value in vars(values).items():
         if value is None:
@@ -261,11 +269,8 @@ def script_flags_to_spec(
             _bookkeeping_flag(name, value, notes)
         elif name == "use_fast_tokenizer":
             spec["use_slow_tokenizer"] = "false" if _truthy(value) else "true"
-        elif name == "greater_is_better":
-            spec["_greater_is_better"] = value
         else:
             spec[RENAMED_FLAGS.get(name, name)] = value
-    _check_greater_is_better(spec)
     if not _truthy(spec.get("apply_lora", "false")):
         given = [name for name in LORA_OPTIONS if name in spec]
         if given:
@@ -276,18 +281,44 @@ def script_flags_to_spec(
 def _flag_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gluejobs submit", add_help=False, allow_abbrev=False)
     for name, info in JobSpec.model_fields.items():
-        names = [name]
-        alias = info.validation_alias
-        if alias is not None and hasattr(alias, "choices"):
-            names += [c for c in alias.choices if isinstance(c, str) and c != name]
-        if name == "num_warmup_steps":
-            names.append("warmup_steps")  # Trainer's name; the spec takes either
-        _add_flag(parser, name, [f"--{n}" for n in names], info.annotation)
-    for name in ("checkpointing_steps", *RENAMED_FLAGS):
+        _add_flag(parser, name, [f"--{n}" for n in _spec_flags(name, info)], info.annotation)
+    for name in _VALUE_FLAGS:
         parser.add_argument(f"--{name}", default=None)
-    for name in (*BOOKKEEPING_FLAGS, "use_fast_tokenizer", "greater_is_better"):
+    for name in _SWITCHES:
         parser.add_argument(f"--{name}", nargs="?", const="true", default=None)
     return parser
+
+
+# Flags beside the spec's fields: the script's and Trainer's names for them, and bookkeeping.
+_VALUE_FLAGS = ("checkpointing_steps", *RENAMED_FLAGS)
+_SWITCHES = (*BOOKKEEPING_FLAGS, "use_fast_tokenizer")
+
+
+def _spec_flags(name: str, info: Any) -> list[str]:
+    """A spec field's flag names: the field's, its aliases', and Trainer's warmup_steps."""
+    names = [name]
+    alias = info.validation_alias
+    if alias is not None and hasattr(alias, "choices"):
+        names += [c for c in alias.choices if isinstance(c, str) and c != name]
+    if name == "num_warmup_steps":
+        names.append("warmup_steps")  # Trainer's name; the spec takes either
+    return names
+
+
+def flag_names() -> list[str]:
+    """Every flag a command line may give (without its dashes), and so every key of a config file."""
+    fields = [flag for name, info in JobSpec.model_fields.items() for flag in _spec_flags(name, info)]
+    return [*fields, *_VALUE_FLAGS, *_SWITCHES]
+
+
+def _unknown_flag(unknown: list[str]) -> str:
+    """The first unknown flag, by name, with its near match among the known ones."""
+    flag = next((word for word in unknown if word.startswith("-")), unknown[0])
+    if not flag.startswith("-"):
+        return f"{flag!r}: a value without a flag before it"
+    name = flag.lstrip("-").partition("=")[0]
+    hint = did_you_mean(name, flag_names(), prefix="--", quote=False)
+    return f"--{name}: unknown flag{hint} (see `gluejobs submit --help` and the job spec)"
 
 
 def _add_flag(parser: argparse.ArgumentParser, name: str, flags: list[str], annotation: Any) -> None:
@@ -308,21 +339,6 @@ def _bookkeeping_flag(name: str, value: str, notes: list[str]) -> None:
             return  # push_to_hub false asks for nothing
         raise ScriptArgsError(f"--{name} is not supported by the service")
     notes.append(f"--{name}: {reason}")
-
-
-def _check_greater_is_better(spec: dict[str, Any]) -> None:
-    """Trainer's greater_is_better is accepted where it agrees with the metric's own direction."""
-    if "_greater_is_better" not in spec:
-        return
-    from shared.metric_rules import greater_is_better
-
-    wanted = _truthy(spec.pop("_greater_is_better"))
-    metric = spec.get("metric_for_best_model")
-    if metric is None or greater_is_better(str(metric).removeprefix("eval_")) != wanted:
-        raise ScriptArgsError(
-            "--greater_is_better: gluejobs ranks each metric in its own direction (a loss and mse "
-            "lower, every GLUE metric higher); give metric_for_best_model and leave greater_is_better out"
-        )
 
 
 def _truthy(value: Any) -> bool:
@@ -609,8 +625,8 @@ def _as_flag(key: str, value: Any) -> list[str]:
         return [f"--{key}", "true" if value else "false"]
     if isinstance(value, list):
         return [f"--{key}", *map(str, value)] if value else [f"--{key}", "none"] if key == "report_to" else []
-    if isinstance(value, float) and value.is_integer() and key in ("num_train_epochs", "max_steps"):
-        value = int(value)  # TrainingArguments writes epochs as floats; a whole number of them is an int
+    if isinstance(value, float) and value.is_integer() and key == "max_steps":
+        value = int(value)  # TrainingArguments writes numbers as floats in places; max_steps is a count
     if key == "max_steps" and value == -1:
         return []  # Trainer's "no limit"
     return [f"--{key}", str(value)]

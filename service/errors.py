@@ -13,8 +13,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
+from service.schemas import JobCreate, SweepCreate
+from shared import error_words
 from shared.errors import GluejobsError, InvalidSpec, TooBusy, shorten
 from shared.resilience import is_transient
+from shared.spec import spec_keys
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         )
     first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
     field = _location(tuple(first.get("loc", ())))
-    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    message = error_words.message(first, _known_fields)
     if first.get("type") == "json_invalid":
         reason = (first.get("ctx") or {}).get("error", "JSON decode error")
         position = tuple(first.get("loc", ()))[1:2]
@@ -91,6 +94,17 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         others = ", ".join(filter(None, (_location(tuple(e.get("loc", ()))) for e in errors[1:])))
         message += f" (and {len(errors) - 1} more: {others})"
     return error_response(422, "invalid_request", message, field)
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The fields of the object an unknown field was found in, for "did you mean": a job spec's, or
+    a request body's (a job's or a sweep's)."""
+    parts = [part for part in loc if part != "body"]
+    if parts and parts[-1] == "spec":
+        return list(spec_keys())
+    if not parts and loc[:1] == ("body",):
+        return sorted({*JobCreate.model_fields, *SweepCreate.model_fields})
+    return []
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

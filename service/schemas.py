@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
 from shared.models import JobStatus
 from shared.spec import MAX_SEED, JobSpec
@@ -119,6 +119,11 @@ class JobPublic(BaseModel):
         default=None,
         description="A rerun, in GET /v1/jobs/{id}: whether its metrics matched the original's (exact, or "
         "within the stated tolerance) and what differs in the two records",
+    )
+    warnings: Annotated[list[str], BeforeValidator(lambda value: value or [])] = Field(
+        default_factory=list,
+        description="What the API accepted but you should know, from when the job was created: a model "
+        "it could not check, a label that looks like a typo of another …",
     )
 
     @computed_field(description="The task's main metric: its newest evaluation and its best")  # type: ignore[prop-decorator]
@@ -292,6 +297,23 @@ class SweepPublic(BaseModel):
     winner: SweepWinner | None = Field(
         default=None, description="Best median of main_metric (best evaluation)"
     )
+    warnings: list[str] = Field(default_factory=list, description="Its jobs' warnings, each once")
+
+
+class SweepPlanJob(BaseModel):
+    configuration: str = Field(description='The combination, e.g. "learning_rate=0.0001 seed=3"')
+    spec: dict[str, Any] = Field(description="The job's resolved spec, as it would be stored")
+    warnings: list[str]
+
+
+class SweepPlan(BaseModel):
+    """POST /v1/sweeps?dry_run=true: the jobs the sweep would queue; nothing is stored."""
+
+    dry_run: bool = True
+    spec: dict[str, Any]
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    jobs: list[SweepPlanJob]
 
 
 # ---------------------------------------------------------------------------------------------------

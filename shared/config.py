@@ -174,6 +174,14 @@ class Settings(BaseSettings):
         description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "
         "off for an API that cannot see GLUEJOBS_DATA_DIR/GLUEJOBS_GLUE_DIR (the dry run still reads them)",
     )
+    hub_check_timeout_s: float = Field(
+        default=3.0,
+        ge=0,
+        le=60,
+        description="At submission, a Hub model id that is not in the Hub cache (HF_HUB_CACHE) is looked up "
+        "on the Hub (HF_ENDPOINT) for at most this long; 0, HF_HUB_OFFLINE=1 or no network: the job is "
+        "accepted with a warning that its model could not be checked",
+    )
 
     @field_validator("api_keys", "admin_keys", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,14 @@ from shared.data_files import (
 from shared.data_scope import DataScope
 from shared.errors import InvalidSpec
 from shared.spec import JobSpec
+from shared.suggest import near_matches
 from shared.tasks import TASKS
 
 CACHED_REPORTS = 256
+# A label is a likely typo of another when it is this much rarer than a near-identical one
+# (shared/suggest.py's measure, stricter here: "entailment"/"not_entailment" are 0.83 apart).
+TYPO_RARITY = 10
+TYPO_RATIO = 0.85
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class DataReport:
     text_keys: tuple[str, str | None]
     is_regression: bool
     label_names: list[str] | None
+    warnings: list[str] = field(default_factory=list)  # what reads but looks wrong (label typos)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,7 +116,7 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         refusal = as_invalid_spec(exc)
         _cache.put(key, refusal)
         raise refusal from exc
-    report = _report(data, predict)
+    report = _report(data, predict, own_labels=spec.task_name is None)
     if spec.do_predict and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
@@ -130,7 +136,7 @@ def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit
     return read_local_test_splits(TASKS[spec.task_name], settings.glue_dir)
 
 
-def _report(data: JobData, predict: dict[str, PredictSplit]) -> DataReport:
+def _report(data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool) -> DataReport:
     splits: dict[str, SplitReport] = {}
     named = {"train": data.train, **data.evals, "test": data.test}
     for name, rows in named.items():
@@ -146,7 +152,28 @@ def _report(data: JobData, predict: dict[str, PredictSplit]) -> DataReport:
         text_keys=data.text_keys,
         is_regression=data.is_regression,
         label_names=data.label_names,
+        warnings=label_typos(data.train, splits.get("train")) if own_labels else [],
     )
+
+
+def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
+    """Labels of one's own training file that look like a typo of another: rare beside a near-identical
+    frequent one (`postive` once among hundreds of `positive`). They train as classes of their own, so
+    the model's head grows a class; a task's labels are fixed, so there such a label is refused instead
+    (shared/data_files.py). Labels of a file the caller does not own are not quoted."""
+    if train is None or report is None or not report.label_counts or not train.table.quotable:
+        return []
+    counts = report.label_counts
+    notes = []
+    for label, count in counts.items():
+        frequent = [name for name in counts if counts[name] >= TYPO_RARITY * max(count, 1)]
+        for near in near_matches(label, frequent, ratio=TYPO_RATIO)[:1]:
+            notes.append(
+                f"{train.table.field or 'train_file'}: label {label!r} ({count} row{'s' * (count != 1)}) "
+                f"looks like a typo of {near!r} ({counts[near]} rows); it trains as a class of its own "
+                f"({len(counts)} classes): fix the file if it is one"
+            )
+    return notes
 
 
 def _split_report(rows: Split, data: JobData) -> SplitReport:

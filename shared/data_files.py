@@ -28,6 +28,7 @@ from shared.config import Settings
 from shared.data_scope import stored_data_path
 from shared.errors import InvalidSpec, JobFailed
 from shared.spec import JobSpec
+from shared.suggest import did_you_mean
 from shared.tasks import TASKS, GlueTask
 
 LABEL = "label"
@@ -248,8 +249,12 @@ def _read_spec_files(
 
 def read_frame(path: Path, where: str, *, field: str | None, quotable: bool = True) -> pd.DataFrame:
     """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric)."""
+    if path.stat().st_size == 0:  # each reader words this its own way (pyarrow: "file size is 0 bytes")
+        raise DataError(f"{where} is empty: it has no header row and no rows", field=field)
     try:
         frame = _read_by_suffix(path)
+    except pd.errors.EmptyDataError as exc:  # in pandas' words "No columns to parse from file"
+        raise DataError(f"{where} is empty: it has no header row and no rows", field=field) from exc
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors all derive from these
         raise DataError(f"could not read {where}: {read_error(exc, path, quotable)}", field=field) from exc
     if frame.empty:
@@ -450,9 +455,10 @@ def _class_ids(table: Table, labels: pd.Series, names: tuple[str, ...]) -> np.nd
         ids = mapped.fillna(-1).to_numpy(dtype=np.float64)
     if not valid.all():
         row = int(np.flatnonzero(~valid)[0])
-        raise DataError(
-            _bad_label_message(table, table.shown(labels.iloc[row]), row, names), field=table.field
-        )
+        message = _bad_label_message(table, table.shown(labels.iloc[row]), row, names)
+        if table.quotable:
+            message += did_you_mean(str(labels.iloc[row]).strip(), names)
+        raise DataError(message, field=table.field)
     return ids.astype(np.int64)
 
 

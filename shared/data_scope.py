@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import Settings
-from shared.errors import InvalidSpec, quote
+from shared.errors import InvalidSpec
 
 OWNERS_DIR = "owners"
 
@@ -69,8 +69,14 @@ class DataScope:
         resolved = Path(os.path.realpath(full))
         # Both: an owner's folder that is a link out of GLUEJOBS_DATA_DIR is not a place to read.
         if not (resolved.is_relative_to(self.root) and resolved.is_relative_to(self.data_dir)):
-            where = "is absolute and outside" if candidate.is_absolute() else "leaves"
-            raise InvalidSpec(f"{quote(value)} {where} the data folder {self.name}", field=field)
+            # The whole path (a spec's paths are bounded), so the user recognises their own file.
+            if candidate.is_absolute():
+                raise InvalidSpec(
+                    f"{value!r} is absolute and outside the data folder {self.name}: the API reads data "
+                    f"files from that folder only; put the file there and give its path relative to it",
+                    field=field,
+                )
+            raise InvalidSpec(f"{value!r} leaves the data folder {self.name}", field=field)
         return resolved
 
     def stored(self, path: Path) -> str:

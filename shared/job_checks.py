@@ -4,6 +4,10 @@ POST /v1/jobs, its dry run, each combination of a sweep and a rerun all call `ch
 rule added here holds for every way a job comes to exist: a check in one route and not another
 would be a hole (a sweep once skipped GLUEJOBS_TRACKERS and wrote mlflow.db into a worker's
 working directory).
+
+What passes but deserves a word (a model the API could not check, a label that looks like a typo of
+another, an option that another overrides) goes into the caller's `warnings`, which the job keeps and
+the API returns: nothing the user gave is changed or ignored without saying so.
 """
 
 from __future__ import annotations
@@ -11,19 +15,58 @@ from __future__ import annotations
 from shared.config import Settings
 from shared.data_checks import check_job_data
 from shared.data_scope import DataScope
+from shared.metric_rules import greater_is_better
+from shared.model_check import check_model
 from shared.spec import JobSpec, check_paths, check_trackers
 
 
-def check_job_spec(spec: JobSpec, settings: Settings, *, scope: DataScope, read_data: bool = True) -> JobSpec:
+def check_job_spec(
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    scope: DataScope,
+    read_data: bool = True,
+    warnings: list[str] | None = None,
+) -> JobSpec:
     """The spec as it will be stored: data files resolved in the caller's data folder (`scope`),
-    model folders in GLUEJOBS_MODELS_DIR, trackers among those the workers serve; then, unless
-    GLUEJOBS_CHECK_DATA_ON_SUBMIT is off, its data read and checked as a worker will read it.
+    model folders in GLUEJOBS_MODELS_DIR, the model found (shared/model_check.py), trackers among
+    those the workers serve; then, unless GLUEJOBS_CHECK_DATA_ON_SUBMIT is off, its data read and
+    checked as a worker will read it.
 
     `read_data=False` is for the dry run, whose plan reads and checks the data itself (with the same
     checks, shared/data_checks.read_and_check) because it also measures it. InvalidSpec naming the
-    field when anything is refused.
+    field when anything is refused; what passes with a word of warning is appended to `warnings`.
     """
+    notes: list[str] = []
     checked = check_trackers(check_paths(spec, settings, scope=scope), settings)
+    check_model(checked.model_name_or_path, settings, notes)
+    notes += spec_warnings(spec)
     if read_data and settings.check_data_on_submit:
-        check_job_data(checked, settings, scope=scope)
+        notes += check_job_data(checked, settings, scope=scope).warnings
+    if warnings is not None:
+        warnings += notes
     return checked
+
+
+def spec_warnings(spec: JobSpec) -> list[str]:
+    """Options that are honoured but may not do what was meant."""
+    notes = []
+    metric = spec.metric_for_best_model
+    if metric is not None and spec.greater_is_better is not None:
+        name = metric.removeprefix("eval_")
+        if spec.greater_is_better != greater_is_better(name):
+            way = "larger" if spec.greater_is_better else "smaller"
+            notes.append(
+                f"greater_is_better: {spec.greater_is_better} ranks {name} as better when {way}, "
+                "against the metric's own direction (honoured as given)"
+            )
+    epochs = "num_train_epochs"
+    changed = (
+        epochs in spec.model_fields_set and spec.num_train_epochs != JobSpec.model_fields[epochs].default
+    )
+    if spec.max_train_steps is not None and changed:
+        notes.append(
+            f"num_train_epochs: max_train_steps {spec.max_train_steps} overrides num_train_epochs "
+            f"{spec.num_train_epochs:g}, as in the scripts"
+        )
+    return notes

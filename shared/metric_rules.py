@@ -101,15 +101,26 @@ def ranking_metric(plan: MetricPlan, requested: str | None) -> str:
     return name
 
 
-def greater_is_better(metric: str) -> bool:
-    """Trainer's rule (a loss shrinks), and mse shrinks too."""
+def greater_is_better(metric: str, given: bool | None = None) -> bool:
+    """Whether a larger `metric` is better: the job's `greater_is_better` when it gives one (Trainer's
+    option, honoured as given), else Trainer's rule (a loss shrinks), and mse shrinks too."""
+    if given is not None:
+        return given
     return not (metric in _SMALLER_IS_BETTER or metric.endswith("_loss"))
 
 
-def improves(value: float, best: float | None, metric: str, *, threshold: float = 0.0) -> bool:
+def improves(
+    value: float,
+    best: float | None,
+    metric: str,
+    *,
+    threshold: float = 0.0,
+    greater: bool | None = None,
+) -> bool:
     """Whether `value` beats `best` by more than `threshold` (EarlyStoppingCallback's test; with
-    threshold 0, plain "better", which is how the best checkpoint is chosen)."""
+    threshold 0, plain "better", which is how the best checkpoint is chosen). `greater`: the job's
+    greater_is_better."""
     if best is None:
         return True
-    better = value > best if greater_is_better(metric) else value < best
+    better = value > best if greater_is_better(metric, greater) else value < best
     return better and abs(value - best) > threshold

@@ -168,6 +168,9 @@ class Job(Base):
     rerun_of: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     # Reproducibility record, written when an attempt starts: library versions, device, data hashes.
     environment: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # What the API accepted but the user should know (a model it could not check, a label that looks
+    # like a typo of another …), written once when the job is created.
+    warnings: Mapped[list[str] | None] = mapped_column(Json)
 
 
 class JobMetric(Base):

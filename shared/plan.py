@@ -360,7 +360,7 @@ def _lora_parameters(spec: JobSpec, shapes: dict[str, list[int]] | None, hidden:
 def _warnings(
     spec: JobSpec, report: DataReport, schedule: dict[str, Any], tokens: dict[str, Any]
 ) -> list[str]:
-    warnings = []
+    warnings = list(report.warnings)
     train = report.splits.get("train")
     if train is not None and spec.max_train_samples and spec.max_train_samples > train.rows:
         warnings.append(

@@ -28,12 +28,15 @@ def plan_schedule(
     *,
     accumulation: int,
     max_train_steps: int | None,
-    num_train_epochs: int,
+    num_train_epochs: float,
     num_warmup_steps: int,
     warmup_ratio: float,
 ) -> Schedule:
+    """A fractional num_train_epochs counts as Trainer counts it: ceil(epochs × steps per epoch)
+    optimizer steps, so 2.5 epochs of 10 steps train 25 steps, the third epoch cut short at its half
+    (evaluated and saved there, as any last epoch that max_train_steps cuts short)."""
     steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
-    total = max_train_steps or num_train_epochs * steps_per_epoch
+    total = max_train_steps or math.ceil(num_train_epochs * steps_per_epoch)
     return Schedule(
         steps_per_epoch=steps_per_epoch,
         max_train_steps=total,

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    PlainSerializer,
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
@@ -28,11 +29,13 @@ from pydantic import (
     model_validator,
 )
 
+from shared import error_words
 from shared.config import Settings
 from shared.data_scope import DataScope
 from shared.errors import InvalidSpec, field_error, quote
 from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
+from shared.suggest import did_you_mean
 from shared.tasks import TASKS
 
 DATA_FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
@@ -70,6 +73,15 @@ BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
 StepCount = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 SampleCount = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
 DataPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+
+
+def _whole_as_int(value: float) -> float:
+    return int(value) if float(value).is_integer() else value
+
+
+# Trainer's num_train_epochs is a float (2.5 epochs: the schedule stops half-way through the third);
+# a whole number is stored as an int, so a stored spec reads as it was given (3, not 3.0).
+Epochs = Annotated[float, Field(gt=0, le=10_000), PlainSerializer(_whole_as_int, return_type=int | float)]
 # Documented as the enum it is; _known_task also takes "SST-2" and the like.
 TaskName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(TASKS)})]
 
@@ -193,7 +205,11 @@ class JobSpec(BaseModel):
     per_device_eval_batch_size: BatchSize = Field(default=8, description=f"At most {MAX_BATCH_SIZE:,}")
     learning_rate: float = Field(default=5e-5, gt=0.0, le=1.0)
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
-    num_train_epochs: PositiveInt = Field(default=3, le=10_000)
+    num_train_epochs: Epochs = Field(
+        default=3,
+        description="Epochs to train; a fraction (2.5) stops part-way through the last one, as in Trainer "
+        "(optimizer steps: ceil(num_train_epochs × steps per epoch))",
+    )
     max_train_steps: StepCount | None = Field(
         default=None, description=f"Overrides num_train_epochs; at most {MAX_STEPS:,}"
     )
@@ -254,6 +270,12 @@ class JobSpec(BaseModel):
     load_best_model_at_end: bool = False
     metric_for_best_model: str | None = Field(
         default=None, max_length=MAX_NAME_CHARS, description="Default: the task's main metric"
+    )
+    greater_is_better: bool | None = Field(
+        default=None,
+        description="Trainer's: whether a larger metric_for_best_model is better (the best checkpoint, "
+        "early stopping, best_metrics); null: the metric's own direction (a loss and mse smaller, every "
+        "GLUE metric larger)",
     )
     num_processes: PositiveInt = Field(default=1, le=64, description="Processes (GPUs) for this job")
 
@@ -367,7 +389,7 @@ class JobSpec(BaseModel):
             try:
                 data["num_warmup_steps"] = TypeAdapter(NonNegativeInt).validate_python(value)
             except ValidationError as exc:
-                raise field_error("warmup_steps", exc.errors()[0]["msg"], value) from None
+                raise field_error("warmup_steps", error_words.message(exc.errors()[0]), value) from None
         if data.get("recipe") == "trainer":
             given = {_FIELD_OF_ALIAS.get(key, key) for key in data}
             if "checkpointing_steps" in data:
@@ -395,9 +417,9 @@ class JobSpec(BaseModel):
             names = [name.strip().lower() if isinstance(name, str) else name for name in value]
             unknown = [n for n in names if isinstance(n, str) and n not in (*KNOWN_TRACKERS, "all", "none")]
             if unknown:
-                raise ValueError(
-                    f"unknown tracker {unknown[0]!r}; Accelerate's trackers are {', '.join(KNOWN_TRACKERS)}"
-                )
+                hint = did_you_mean(unknown[0], (*KNOWN_TRACKERS, "all", "none"))
+                known = ", ".join(KNOWN_TRACKERS)
+                raise ValueError(f"unknown tracker {unknown[0]!r}{hint} (Accelerate's trackers: {known})")
             return [name for name in names if name != "none"]
         return value
 
@@ -417,7 +439,8 @@ class JobSpec(BaseModel):
             return value  # the type check names it
         name = value.strip().lower().replace("-", "")
         if name not in TASKS:
-            raise ValueError(f"unknown task {quote(value)}; expected one of {', '.join(TASKS)}")
+            hint = did_you_mean(name, TASKS)
+            raise ValueError(f"unknown task {quote(value)}{hint} (GLUE's tasks: {', '.join(TASKS)})")
         return name
 
     @field_validator("train_file", "validation_file", "test_file")
@@ -427,14 +450,15 @@ class JobSpec(BaseModel):
             return None
         if not value.strip():
             raise ValueError("must not be empty")
-        if not value.lower().endswith(DATA_FILE_SUFFIXES):
-            raise ValueError(
-                f"{quote(value)} is not a data file; expected one of {', '.join(DATA_FILE_SUFFIXES)}"
-            )
         if any(len(part.encode("utf-8", "replace")) > NAME_MAX_BYTES for part in value.split("/")):
             raise ValueError(
                 f"a component of the path is longer than {NAME_MAX_BYTES} bytes (a file name's limit)"
             )
+        # Where a path leads matters before what it is called: `../../etc/passwd` is refused for
+        # leaving the data folder, not for its name. A path that may leave it (absolute, or up with
+        # `..`) is placed with the settings first (check_paths), then its name is checked there.
+        if not (os.path.isabs(value) or os.path.normpath(value).split(os.sep)[0] == ".."):
+            check_data_suffix(value)
         return value
 
     @field_validator("model_name_or_path")
@@ -468,13 +492,20 @@ class JobSpec(BaseModel):
                 raise field_error(f"{strategy}_steps", f"{strategy}_strategy 'steps' needs {strategy}_steps")
         if self.load_best_model_at_end:
             self._check_best_model_options()
+        if self.greater_is_better is not None and self.metric_for_best_model is None:
+            raise field_error(
+                "greater_is_better",
+                "greater_is_better says which way metric_for_best_model improves: give metric_for_best_model "
+                "too",
+            )
         if self.metric_for_best_model is not None:
             allowed = self.allowed_metrics()
-            if self.metric_for_best_model.removeprefix("eval_") not in allowed:
+            name = self.metric_for_best_model.removeprefix("eval_")
+            if name not in allowed:
                 raise field_error(
                     "metric_for_best_model",
                     f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
-                    f"job; expected one of {', '.join(allowed)}",
+                    f"job{did_you_mean(name, allowed)} (it reports {', '.join(allowed)})",
                 )
         if self.do_predict and self.task_name is None and self.test_file is None:
             raise field_error(
@@ -546,6 +577,34 @@ class JobSpec(BaseModel):
         if self.seed is not None:
             return self
         return self.model_copy(update={"seed": secrets.randbelow(2**31)})
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every key a spec takes: the fields, their aliases and the scripts' own names for them."""
+    aliases = [
+        choice
+        for info in JobSpec.model_fields.values()
+        if info.validation_alias is not None and hasattr(info.validation_alias, "choices")
+        for choice in info.validation_alias.choices
+        if isinstance(choice, str)
+    ]
+    return tuple(dict.fromkeys([*JobSpec.model_fields, *aliases, *_FIELD_OF_ALIAS]))
+
+
+def field_names(key: str) -> tuple[str, ...]:
+    """The fields a spec key sets: itself, or the field an alias stands for (`checkpointing_steps`
+    sets save_strategy and save_steps)."""
+    if key == "checkpointing_steps":
+        return ("save_strategy", "save_steps")
+    return (_FIELD_OF_ALIAS.get(key, key),)
+
+
+def check_data_suffix(value: str) -> None:
+    """A data file's name must say its format (how a worker reads it)."""
+    if not value.lower().endswith(DATA_FILE_SUFFIXES):
+        raise ValueError(
+            f"{value!r} is not a data file: its name must end with one of {', '.join(DATA_FILE_SUFFIXES)}"
+        )
 
 
 def _is_true(value: Any) -> bool:
@@ -639,6 +698,10 @@ def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSp
         value = getattr(spec, field)
         if value is not None:
             updates[field] = scope.stored(scope.resolve(value, field=field))
+            try:
+                check_data_suffix(value)  # a path the field's validator could not place: see there
+            except ValueError as exc:
+                raise InvalidSpec(str(exc), field=field) from None
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))

@@ -121,7 +121,14 @@ def sweep_results(sweep: Sweep, jobs: Sequence[Job], rows: Sequence[JobMetric]) 
     return {
         "main_metric": metric,
         "configurations": configurations,
-        "winner": _winner(configurations, metric),
+        # The spec's greater_is_better speaks for its metric_for_best_model alone.
+        "winner": _winner(
+            configurations,
+            metric,
+            greater=sweep.spec.get("greater_is_better")
+            if metric == sweep.spec.get("metric_for_best_model")
+            else None,
+        ),
     }
 
 
@@ -135,7 +142,9 @@ def _statistics(evaluations: list[dict[str, dict[str, float]]]) -> dict[str, dic
     return {split: {name: summarize(v) for name, v in metrics.items()} for split, metrics in values.items()}
 
 
-def _winner(configurations: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+def _winner(
+    configurations: list[dict[str, Any]], metric: str, *, greater: bool | None
+) -> dict[str, Any] | None:
     scored = [
         (c["best"][EVAL_SPLIT][metric]["median"], index, c)
         for index, c in enumerate(configurations)
@@ -143,7 +152,7 @@ def _winner(configurations: list[dict[str, Any]], metric: str) -> dict[str, Any]
     ]
     if not scored:
         return None
-    sign = 1 if greater_is_better(metric) else -1
+    sign = 1 if greater_is_better(metric, greater) else -1
     # Best median first; on a tie, the configuration listed first (the grid's order).
     median, _, best = max(scored, key=lambda item: (sign * item[0], -item[1]))
     return {

@@ -17,12 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared import error_words
 from shared.config import Settings
 from shared.data_scope import DataScope
 from shared.errors import InvalidRequest, InvalidSpec
 from shared.job_checks import check_job_spec
 from shared.jobs_repo import SweepJob
-from shared.spec import JobSpec
+from shared.spec import JobSpec, field_names, spec_keys
 
 MAX_SWEEP_JOBS = 100
 MAX_GRID_VALUES = 50
@@ -44,6 +45,17 @@ def combinations(grid: dict[str, list[Any]], seeds: list[int]) -> Iterator[Combi
             yield Combination(dict(zip(grid, values, strict=True)), seed)
 
 
+@dataclass(frozen=True)
+class ResolvedSweep:
+    """A sweep as it will be stored: its spec and grid with the types the jobs have (a grid value
+    sent as "1e-4" is stored as 0.0001, as its jobs store it), the seeds, and one job per combination."""
+
+    spec: dict[str, Any]
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    jobs: list[SweepJob]
+
+
 def resolve_sweep(
     spec: dict[str, Any],
     seeds: list[int],
@@ -51,7 +63,7 @@ def resolve_sweep(
     settings: Settings,
     *,
     scope: DataScope,
-) -> tuple[list[int], list[SweepJob]]:
+) -> ResolvedSweep:
     """The seeds used and one resolved job spec per combination; InvalidRequest naming what is wrong."""
     _check_shape(spec, seeds, grid)
     if not seeds:
@@ -61,16 +73,38 @@ def resolve_sweep(
     jobs: list[SweepJob] = []
     seen: dict[str, str] = {}
     for combination in combinations(grid, seeds):
-        resolved = _resolve(spec, combination, settings, scope=scope)
+        warnings: list[str] = []
+        resolved = _resolve(spec, combination, settings, scope=scope, warnings=warnings)
+        # Described with the values as the job holds them ("1e-4" sent is 0.0001 stored).
+        described = Combination({name: resolved[name] for name in combination.values}, combination.seed)
         key = json.dumps(resolved, sort_keys=True)
         if key in seen:
             raise InvalidRequest(
-                f"combinations {seen[key]!r} and {combination.describe()!r} are the same job",
-                field="grid",
+                f"combinations {seen[key]!r} and {described.describe()!r} are the same job", field="grid"
             )
-        seen[key] = combination.describe()
-        jobs.append(SweepJob(resolved, combination.describe()))
-    return seeds, jobs
+        seen[key] = described.describe()
+        jobs.append(SweepJob(resolved, described.describe(), tuple(warnings), combination.values))
+    return ResolvedSweep(_typed_spec(spec, jobs[0].spec), _typed_grid(grid, jobs), seeds, jobs)
+
+
+def _typed_spec(spec: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
+    """The keys the sweep's spec gave, under their field names, with the values its jobs hold."""
+    typed: dict[str, Any] = {}
+    for key in spec:
+        for name in field_names(key):
+            if name in first:
+                typed[name] = first[name]
+    return typed
+
+
+def _typed_grid(grid: dict[str, list[Any]], jobs: list[SweepJob]) -> dict[str, list[Any]]:
+    """Each grid value as the jobs with it store it."""
+    typed: dict[str, list[Any]] = {}
+    for name, values in grid.items():
+        typed[name] = [
+            next(job.spec[name] for job in jobs if job.grid_values.get(name) == value) for value in values
+        ]
+    return typed
 
 
 def _check_shape(spec: dict[str, Any], seeds: list[int], grid: dict[str, list[Any]]) -> None:
@@ -99,16 +133,21 @@ def _check_shape(spec: dict[str, Any], seeds: list[int], grid: dict[str, list[An
 
 
 def _resolve(
-    spec: dict[str, Any], combination: Combination, settings: Settings, *, scope: DataScope
+    spec: dict[str, Any],
+    combination: Combination,
+    settings: Settings,
+    *,
+    scope: DataScope,
+    warnings: list[str],
 ) -> dict[str, Any]:
     values = {**spec, **combination.values, "seed": combination.seed}
     try:
-        job_spec = check_job_spec(JobSpec.model_validate(values), settings, scope=scope)
+        job_spec = check_job_spec(JobSpec.model_validate(values), settings, scope=scope, warnings=warnings)
     except ValidationError as exc:
         error = exc.errors()[0]
         location = error.get("loc") or ()
         name = str(location[0]) if location else None
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        message = error_words.message(error, lambda _loc: spec_keys())
         raise _refused(combination, name, message) from exc
     except InvalidSpec as exc:
         raise _refused(combination, exc.field, exc.message) from exc

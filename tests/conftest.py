@@ -188,6 +188,15 @@ def settings(settings_factory, db_url: str) -> Settings:  # type: ignore[no-unty
 
 
 @pytest.fixture
+def live_url(settings: Settings) -> Iterator[str]:
+    """The base URL of the real app behind a real socket (tests/e2e.live_api), on `settings`."""
+    from tests.e2e import live_api
+
+    with live_api(settings) as http:
+        yield str(http.base_url).rstrip("/")
+
+
+@pytest.fixture
 def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
     """Settings for a training run without a database (worker.training is DB-free)."""
     result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import Claim
-from shared.models import Base, Job
+from shared.models import Base, Job, JobStatus
 
 
 def count_rows(db: Database, model: type[Base]) -> int:
@@ -38,3 +38,37 @@ def claimed(
     assert job is not None, "no job to claim"
     assert job_id is None or job.id == job_id, f"claimed job {job.id}, not job {job_id}"
     return Claim(job.id, worker_id, job.attempts)
+
+
+def finish_as_a_worker(
+    db: Database,
+    job_id: int,
+    evaluations: dict[str, float],
+    *,
+    result: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+) -> None:
+    """Claim `job_id`, write one evaluation at step 4 (and a checkpoint at `checkpoint`'s path), and
+    finish it as succeeded: what a worker writes for a job, without training."""
+    with db.session() as session:
+        claim = claimed(session, job_id)
+        rows = [
+            jobs_repo.MetricRow(1.0, 4, "train", "loss", 0.5),
+            *(jobs_repo.MetricRow(1.0, 4, "eval", name, value) for name, value in evaluations.items()),
+        ]
+        metric = next(iter(evaluations))
+        jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric=metric, claim=claim)
+        if checkpoint is not None:
+            jobs_repo.add_checkpoint(
+                session,
+                job_id=job_id,
+                step=4,
+                epoch=1.0,
+                path=checkpoint,
+                metrics=evaluations,
+                is_best=True,
+                claim=claim,
+            )
+        if result is not None:
+            jobs_repo.set_result(session, job_id=job_id, result=result, claim=claim)
+        jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)

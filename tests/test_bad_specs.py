@@ -32,14 +32,19 @@ BAD_SPECS = [
     pytest.param(
         spec(per_device_train_batch_sizes=8),
         "spec.per_device_train_batch_sizes",
-        "Extra inputs",
+        "unknown field; did you mean 'per_device_train_batch_size'?",
         id="unknown-field",
     ),
-    pytest.param(spec(learning_rate="fast"), "spec.learning_rate", "valid number", id="wrong-type-float"),
     pytest.param(
-        spec(num_train_epochs="three"), "spec.num_train_epochs", "valid integer", id="wrong-type-int"
+        spec(learning_rate="fast"),
+        "spec.learning_rate",
+        "must be a number, not 'fast'",
+        id="wrong-type-float",
     ),
-    pytest.param(spec(apply_lora="maybe"), "spec.apply_lora", "valid boolean", id="wrong-type-bool"),
+    pytest.param(
+        spec(num_train_epochs="three"), "spec.num_train_epochs", "must be a number", id="wrong-type-number"
+    ),
+    pytest.param(spec(apply_lora="maybe"), "spec.apply_lora", "must be true or false", id="wrong-type-bool"),
     pytest.param(spec(learning_rate=0), "spec.learning_rate", "greater than 0", id="zero-learning-rate"),
     pytest.param(
         spec(learning_rate=-1e-5), "spec.learning_rate", "greater than 0", id="negative-learning-rate"
@@ -47,27 +52,25 @@ BAD_SPECS = [
     pytest.param(
         spec(per_device_train_batch_size=0),
         "spec.per_device_train_batch_size",
-        "greater than or equal",
+        "must be at least 1, not 0",
         id="zero-batch",
     ),
     pytest.param(
         spec(per_device_eval_batch_size=-4),
         "spec.per_device_eval_batch_size",
-        "greater than or equal",
+        "must be at least 1",
         id="negative-eval-batch",
     ),
     pytest.param(
-        spec(num_train_epochs=0), "spec.num_train_epochs", "greater than or equal", id="zero-epochs"
+        spec(num_train_epochs=0), "spec.num_train_epochs", "must be greater than 0", id="zero-epochs"
     ),
     pytest.param(
         spec(gradient_accumulation_steps=0),
         "spec.gradient_accumulation_steps",
-        "greater than or equal",
+        "must be at least 1",
         id="zero-accumulation",
     ),
-    pytest.param(
-        spec(max_train_steps=0), "spec.max_train_steps", "greater than or equal", id="zero-max-steps"
-    ),
+    pytest.param(spec(max_train_steps=0), "spec.max_train_steps", "must be at least 1", id="zero-max-steps"),
     pytest.param(
         spec(lr_scheduler_type="exponential"), "spec.lr_scheduler_type", "linear", id="unknown-scheduler"
     ),
@@ -75,9 +78,7 @@ BAD_SPECS = [
         spec(num_warmup_steps=10, warmup_ratio=0.1), "spec.warmup_ratio", "not both", id="both-warmups"
     ),
     pytest.param(spec(warmup_ratio=1.5), "spec.warmup_ratio", "less than 1", id="warmup-ratio-above-one"),
-    pytest.param(
-        spec(apply_lora=True, lora_r=0), "spec.lora_r", "greater than or equal", id="lora-rank-zero"
-    ),
+    pytest.param(spec(apply_lora=True, lora_r=0), "spec.lora_r", "must be at least 1", id="lora-rank-zero"),
     pytest.param(spec(lora_dropout=1.0), "spec.lora_dropout", "less than 1", id="lora-dropout-one"),
     pytest.param(spec(fp16=True, bf16=True), "spec.bf16", "one mixed precision", id="fp16-and-bf16"),
     pytest.param(
@@ -86,7 +87,7 @@ BAD_SPECS = [
     pytest.param(
         spec(evaluation_strategy="sometimes"),
         "spec.evaluation_strategy",
-        "'no', 'epoch' or 'steps'",
+        "must be one of no, epoch, steps, not 'sometimes'",
         id="unknown-eval-strategy",
     ),
     pytest.param(
@@ -102,7 +103,7 @@ BAD_SPECS = [
         id="unknown-best-metric",
     ),
     pytest.param(spec(trust_remote_code=True), "spec.trust_remote_code", "never trusted", id="remote-code"),
-    pytest.param(spec(max_length=0), "spec.max_length", "greater than or equal", id="zero-max-length"),
+    pytest.param(spec(max_length=0), "spec.max_length", "must be at least 1", id="zero-max-length"),
     pytest.param(
         spec(task_name=None, train_file="train.txt", validation_file="dev.csv"),
         "spec.train_file",
@@ -161,7 +162,7 @@ BAD_SPECS = [
         id="model-symlink-out",
     ),
     pytest.param(
-        spec(model_name_or_path=""), "spec.model_name_or_path", "at least 1 character", id="model-empty"
+        spec(model_name_or_path=""), "spec.model_name_or_path", "must not be empty", id="model-empty"
     ),
 ]
 

@@ -61,7 +61,10 @@ def test_aliases_booleans_and_lists() -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ("--model_name_or_path m --task_name sst2 --num_epochs 3", "unknown flag(s): --num_epochs"),
+        (
+            "--model_name_or_path m --task_name sst2 --num_epochs 3",
+            "--num_epochs: unknown flag; did you mean --num_train_epochs?",
+        ),
         ("--model_name_or_path m --task_name sst2 --push_to_hub", "--push_to_hub is not supported"),
     ],
 )

@@ -23,11 +23,14 @@ from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
 from shared.db import Database
+from shared.model_names import is_hub_id
 from shared.models import Job
 from tests.dbutil import count_rows
 from tests.e2e import api_process
 
 ADMIN_KEY = "fuzz-admin-key-0123456789"
+# The tasks whose training and dev files the GLUE kit beside the repository holds.
+KIT_TASKS = ("sst2", "mrpc", "cola", "stsb")
 USER_KEY = "fuzz-user-key-0123456789"
 # Cases per operation and seed: about a minute for the whole fuzz per database.
 CASES_PER_OPERATION = 80
@@ -72,6 +75,23 @@ def _streams_only(operation: schemathesis.APIOperation) -> bool:
     return set(success.get("content", {})) == {"text/event-stream"}
 
 
+def _with_a_model_that_exists(case: schemathesis.Case) -> None:
+    """A generated job spec names its model by a random text and its task among all of GLUE's, which
+    the API refuses unless the models folder and the GLUE copy have them (it checks at submission;
+    their own tests cover the refusals): such a model becomes the folder the models folder has, and
+    such a task one the GLUE kit holds, so that schema-valid specs reach the database whatever the
+    schema's shape does to the generated cases. Hub-shaped names stay, for the Hub's path (offline
+    here: accepted with a warning)."""
+    spec = case.body.get("spec") if isinstance(case.body, dict) else None
+    if not isinstance(spec, dict):
+        return
+    name = spec.get("model_name_or_path")
+    if isinstance(name, str) and not is_hub_id(name):
+        spec["model_name_or_path"] = "tiny-bert"
+    if isinstance(spec.get("task_name"), str) and spec["task_name"] not in KIT_TASKS:
+        spec["task_name"] = "sst2"
+
+
 def test_fuzz_the_whole_schema(api: httpx.Client, db: Database) -> None:
     load_all_checks()
     every_check = CHECKS.get_all()  # server errors, undocumented statuses, schemas, headers, auth …
@@ -102,6 +122,7 @@ def test_fuzz_the_whole_schema(api: httpx.Client, db: Database) -> None:
             @seed(fuzz_seed)
             @given(case=cases)
             def fuzz(case: schemathesis.Case) -> None:
+                _with_a_model_that_exists(case)
                 response = case.call_and_validate(session=session, checks=every_check, timeout=30)
                 statuses[case.operation.label][response.status_code] += 1
 

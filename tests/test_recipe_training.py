@@ -3,6 +3,7 @@ deterministic runs, experiment trackers, and checkpoints that are models."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,9 @@ def test_a_checkpoint_loads_with_from_pretrained_and_predicts(
     assert [n for n in names if n.endswith((".safetensors", ".bin")) and "model" in n] == [
         "model.safetensors"
     ]
+    assert (
+        naming(train_settings.models_dir, folder, output_dir) == []
+    )  # no server path in config or tokenizer
 
 
 def test_a_lora_checkpoint_is_an_adapter_that_peft_loads_and_resuming_from_it_is_exact(
@@ -303,8 +307,23 @@ def test_a_lora_checkpoint_is_an_adapter_that_peft_loads_and_resuming_from_it_is
         output_dir,
     )
     assert torch.equal(_predict(model, tokenizer), _predict(final, tokenizer))
+    # The adapter names its base as the job did, not by this worker's path to it.
+    for saved in (folder, output_dir):
+        assert (
+            json.loads((saved / "adapter_config.json").read_text())["base_model_name_or_path"] == TINY_MODEL
+        )
+    assert naming(train_settings.models_dir, folder, output_dir) == []
 
     resumed, result, _ = resume(spec, train_settings, tmp_path, output_dir / "checkpoints", 2)
     assert [s for s, _ in resumed.values("train", "loss")] == [3, 4]
     assert resumed.series("train", "loss") == pytest.approx(whole.series("train", "loss")[2:], rel=1e-5)
     assert result["lora_params"] > 0
+
+
+def naming(root: Path, *folders: Path) -> list[str]:
+    """The files in `folders` that name `root` (the worker's models folder): a saved model must name
+    its base as the job did."""
+    needle = str(root).encode()
+    return [
+        p.name for folder in folders for p in folder.iterdir() if p.is_file() and needle in p.read_bytes()
+    ]

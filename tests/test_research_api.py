@@ -113,12 +113,12 @@ def test_a_sweep_without_seeds_gives_every_configuration_one_seed(client: TestCl
         (
             {"spec": SST2, "seeds": [1, 2], "grid": {"learning_rate": [1e-4, -1]}},
             "grid.learning_rate",
-            "combination learning_rate=-1 seed=1: Input should be greater than 0",
+            "combination learning_rate=-1 seed=1: must be greater than 0, not -1",
         ),
         (
             {"spec": SST2, "seeds": [1], "grid": {"warmup_ratio": [0.1]}, "extra": 1},
             "extra",
-            "Extra inputs",
+            "unknown field",
         ),
         (
             {"spec": {**SST2, "num_warmup_steps": 5}, "seeds": [1], "grid": {"warmup_ratio": [0.0, 0.1]}},

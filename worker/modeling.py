@@ -322,7 +322,15 @@ def make_optimizer(
 def save_model_files(model: nn.Module, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """`save_pretrained` files (a PEFT model writes its adapter, classifier and pooler included) and
     the tokenizer: a folder that `from_pretrained` (or PeftModel.from_pretrained) loads."""
-    model.save_pretrained(str(folder), is_main_process=True)  # type: ignore[operator]
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        # PEFT's default ("auto") saves the embedding matrices when the vocabulary was resized, which
+        # gluejobs never does, and finds out by asking the Hub about the base model's name at every
+        # save (the job's name for it, not a local path): no Hub round trip per checkpoint.
+        model.save_pretrained(str(folder), is_main_process=True, save_embedding_layers=False)
+    else:
+        model.save_pretrained(str(folder), is_main_process=True)  # type: ignore[operator]
     tokenizer.save_pretrained(str(folder))
 
 

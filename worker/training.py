@@ -237,7 +237,9 @@ def _set_up(
         schedule=schedule,
         parameter_counts=counts,
         report=report,
-        progress=_Progress(steps_per_epoch=schedule.steps_per_epoch, ranking=ranking),
+        progress=_Progress(
+            steps_per_epoch=schedule.steps_per_epoch, ranking=ranking, greater=spec.greater_is_better
+        ),
         meter=_Meter(accelerator),
     )
 
@@ -380,6 +382,7 @@ class _Progress:
 
     steps_per_epoch: int
     ranking: str  # the metric that ranks evaluations
+    greater: bool | None = None  # the spec's greater_is_better: which way `ranking` improves
     completed_steps: int = 0
     best_value: float | None = None
     best_step: int | None = None
@@ -401,11 +404,11 @@ class _Progress:
         value = metrics.get(self.ranking)
         if value is None:
             return
-        if improves(value, self.best_value, self.ranking, threshold=threshold):
+        if improves(value, self.best_value, self.ranking, threshold=threshold, greater=self.greater):
             self.evaluations_without_improvement = 0
         else:
             self.evaluations_without_improvement += 1
-        if improves(value, self.best_value, self.ranking):
+        if improves(value, self.best_value, self.ranking, greater=self.greater):
             self.best_value, self.best_step = value, self.completed_steps
 
     def state(self) -> checkpoints.TrainingState:
@@ -819,6 +822,9 @@ def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int
         cls_dropout=spec.cls_dropout,
         ignore_mismatched_sizes=spec.ignore_mismatched_sizes,
     )
+    # The name the job gave, not this worker's path to it: PEFT names the base by it in the adapter's
+    # adapter_config.json and model card, so that a downloaded adapter finds its base elsewhere.
+    model.name_or_path = model.config.name_or_path = spec.model_name_or_path
     if not spec.apply_lora:
         return model
     return apply_lora(

@@ -20,7 +20,7 @@ from service.schemas import (
     MetricPublic,
     Page,
 )
-from shared import jobs_repo
+from shared import error_words, jobs_repo
 from shared.errors import Conflict, InvalidRequest, quote
 from shared.job_checks import check_job_spec
 from shared.models import JobStatus
@@ -100,12 +100,14 @@ def create_job(
     under GLUEJOBS_DATA_DIR). At most GLUEJOBS_MAX_DRY_RUNS dry runs are planned at once: more get
     429 with Retry-After.
     """
+    warnings: list[str] = []
     if dry_run:
         with request.app.state.dry_runs.slot():
-            spec = check_job_spec(body.spec, settings, scope=scope, read_data=False).with_seed()
+            spec = check_job_spec(body.spec, settings, scope=scope, read_data=False, warnings=warnings)
+            plan = plan_job(spec.with_seed(), settings, scope=scope)
             response.status_code = status.HTTP_200_OK
-            return JobPlan.model_validate(plan_job(spec, settings, scope=scope))
-    spec = check_job_spec(body.spec, settings, scope=scope).with_seed()
+            return JobPlan.model_validate({**plan, "warnings": [*warnings, *plan["warnings"]]})
+    spec = check_job_spec(body.spec, settings, scope=scope, warnings=warnings).with_seed()
     if idempotency_key is not None:
         job, created = jobs_repo.create_job_once(
             session,
@@ -116,6 +118,7 @@ def create_job(
             metadata=body.metadata,
             max_attempts=body.max_attempts,
             owner=principal.owner,
+            warnings=warnings,
         )
         if not created:
             response.status_code = status.HTTP_200_OK
@@ -127,6 +130,7 @@ def create_job(
         metadata=body.metadata,
         max_attempts=body.max_attempts,
         owner=principal.owner,
+        warnings=warnings,
     )
     return JobPublic.model_validate(job)
 
@@ -182,10 +186,12 @@ def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: Da
     now (a tracker no longer served, a file gone or not the caller's), 409 when this version no
     longer reads the stored spec.
     """
+    warnings: list[str] = []
     try:
-        check_job_spec(JobSpec.model_validate(job.spec), settings, scope=scope)
+        check_job_spec(JobSpec.model_validate(job.spec), settings, scope=scope, warnings=warnings)
     except ValidationError as exc:  # a spec stored by an older version that this one refuses
-        raise Conflict(f"job {job.id}'s spec is no longer accepted: {exc.errors()[0]['msg']}") from exc
+        problem = error_words.problem(exc, prefix="spec")
+        raise Conflict(f"job {job.id}'s spec is no longer accepted: {problem.line()}") from exc
     metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}
     rerun = jobs_repo.create_job(
         session,
@@ -195,6 +201,7 @@ def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: Da
         max_attempts=job.max_attempts,
         owner=job.owner,
         rerun_of=job.id,
+        warnings=warnings,
     )
     return JobPublic.model_validate(rerun)
 

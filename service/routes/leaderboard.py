@@ -15,6 +15,7 @@ from shared.errors import InvalidRequest
 from shared.leaderboard import build_leaderboard, is_ranked_job
 from shared.models import Job, JobMetric, JobStatus
 from shared.spec import JobSpec, TaskName
+from shared.suggest import did_you_mean
 from shared.sweep_stats import sweep_results
 from shared.tasks import TASKS
 
@@ -35,7 +36,10 @@ def read_leaderboard(
     if task is not None:
         task = task.strip().lower().replace("-", "")
         if task not in TASKS:
-            raise InvalidRequest(f"unknown task {task!r}; expected one of {', '.join(TASKS)}", field="task")
+            hint = did_you_mean(task, TASKS)
+            raise InvalidRequest(
+                f"unknown task {task!r}{hint} (GLUE's tasks: {', '.join(TASKS)})", field="task"
+            )
     finished = jobs_repo.list_finished_jobs(session, task_name=task, owner=principal.owner_filter)
     sweep_ids = sorted({job.sweep_id for job in finished if job.sweep_id is not None})
     members: dict[int, list[Job]] = {}

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from service.deps import After, DataScopeDep, PrincipalDep, SessionDep, SettingsDep, SweepDep
-from service.schemas import ErrorResponse, Page, SweepCreate, SweepPublic
+from service.schemas import ErrorResponse, Page, SweepCreate, SweepPlan, SweepPlanJob, SweepPublic
 from shared import jobs_repo
 from shared.models import Job, JobStatus, Sweep
 from shared.sweep_stats import job_counts, main_metric, sweep_results, sweep_status
@@ -32,31 +32,56 @@ def sweep_public(sweep: Sweep, jobs: list[Job], *, results: dict[str, Any] | Non
             "job_ids": [j.id for j in jobs],
             "job_counts": job_counts(jobs),
             "main_metric": results["main_metric"] if results else main_metric(sweep.spec, jobs),
+            "warnings": list(dict.fromkeys(w for job in jobs for w in job.warnings or [])),
             **({"configurations": results["configurations"], "winner": results["winner"]} if results else {}),
         }
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SweepPublic | SweepPlan,
+    responses={
+        200: {"model": SweepPlan, "description": "dry_run=true: the jobs it would queue; nothing stored"}
+    },
+)
 def create_sweep(
     body: SweepCreate,
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     scope: DataScopeDep,
-) -> SweepPublic:
+    response: Response,
+    dry_run: Annotated[
+        bool, Query(description="Check every combination without storing anything: 200 with their specs")
+    ] = False,
+) -> SweepPublic | SweepPlan:
     """Queue one ordinary job per combination of `grid` values and `seeds`.
 
     Each combination is checked as POST /v1/jobs checks a job; one that cannot run refuses the whole
-    sweep with 422 naming it, and nothing is stored. Each job's metadata names its sweep.
+    sweep with 422 naming it, and nothing is stored. Each job's metadata names its sweep. The stored
+    spec and grid hold the values with their types (a grid value "1e-4" is stored as 0.0001). With
+    `dry_run=true` the answer is each combination's resolved spec and warnings, and nothing is stored.
     """
-    seeds, jobs = resolve_sweep(body.spec, body.seeds, body.grid, settings, scope=scope)
+    resolved = resolve_sweep(body.spec, body.seeds, body.grid, settings, scope=scope)
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return SweepPlan(
+            spec=resolved.spec,
+            grid=resolved.grid,
+            seeds=resolved.seeds,
+            jobs=[
+                SweepPlanJob(configuration=job.configuration, spec=job.spec, warnings=list(job.warnings))
+                for job in resolved.jobs
+            ],
+        )
     sweep, created = jobs_repo.create_sweep(
         session,
-        spec=body.spec,
-        seeds=seeds,
-        grid=body.grid,
-        jobs=jobs,
+        spec=resolved.spec,
+        seeds=resolved.seeds,
+        grid=resolved.grid,
+        jobs=resolved.jobs,
         priority=body.priority,
         metadata=body.metadata,
         max_attempts=body.max_attempts,

@@ -31,6 +31,7 @@ class NewJob(TypedDict, total=False):
     metadata: dict[str, Any] | None
     max_attempts: int  # default 3
     owner: str | None
+    warnings: list[str]  # what the API accepted with a word of warning
 
 
 def create_job(session: Session, *, rerun_of: int | None = None, **job: Unpack[NewJob]) -> Job:
@@ -54,6 +55,7 @@ def _add_job(
         latest_metrics={},
         sweep_id=sweep_id,
         rerun_of=rerun_of,
+        warnings=new.get("warnings") or [],
     )
     session.add(job)
     session.flush()

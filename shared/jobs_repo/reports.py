@@ -82,7 +82,7 @@ def _update_best(job: Job, rows: list[MetricRow], metric: str) -> None:
         return
     value = evals[metric]
     best = job.best_metrics
-    better = greater_is_better(metric)
+    better = greater_is_better(metric, job.spec.get("greater_is_better"))
     if best is None or (value > best["value"] if better else value < best["value"]):
         step = next(r.step for r in rows if r.split == EVAL_SPLIT)
         epoch = next(r.epoch for r in rows if r.split == EVAL_SPLIT)

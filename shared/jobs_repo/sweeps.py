@@ -4,7 +4,7 @@ leaderboard read: finished jobs and their evaluation rows."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -22,6 +22,8 @@ from shared.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT
 class SweepJob:
     spec: dict[str, Any]
     configuration: str  # e.g. "learning_rate=0.0001 seed=3", for the job's metadata
+    warnings: tuple[str, ...] = ()
+    grid_values: dict[str, Any] = field(default_factory=dict)  # the grid values it was made of, as sent
 
 
 def create_sweep(
@@ -51,6 +53,7 @@ def create_sweep(
                 max_attempts=max_attempts,
                 owner=owner,
                 sweep_id=sweep.id,
+                warnings=list(job.warnings),
             )
             for job in jobs
         ]

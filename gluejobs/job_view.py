@@ -1,0 +1,155 @@
+"""Jobs for people: the columns of `gluejobs ls`, the summary of `gluejobs show`, a rerun's comparison."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gluejobs.client import Checkpoint, Client, Job
+from gluejobs.output import aligned, print_json, print_warnings, text
+from gluejobs.watch import watch_job
+
+LS_COLUMNS = ("id", "status", "task", "model", "metric", "progress", "duration", "created")
+LS_RIGHT = frozenset({"id", "metric"})
+
+
+def created(client: Client, job: Job, *, json_output: bool, watch: bool, what: str = "queued") -> int:
+    """A job a command created: its line (or its JSON) and its warnings; then, with `watch`, its run."""
+    if json_output:
+        print_json(job.raw)
+    else:
+        print(f"job {job.id} {what} (seed {job.spec.get('seed')})")
+    print_warnings(job.warnings)
+    return watch_job(client, job.id) if watch else 0
+
+
+def ls_row(job: Job) -> list[str]:
+    return [
+        str(job.id),
+        job.status,
+        task(job),
+        str(job.spec.get("model_name_or_path", "")),
+        headline(job),
+        progress(job),
+        duration(job),
+        when(job.created_at),
+    ]
+
+
+def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
+    """`gluejobs show`: what the job is and did, then its spec, each block's values in one column."""
+    head: list[tuple[str, Any]] = [
+        ("task", task(job)),
+        ("model", job.spec.get("model_name_or_path")),
+        ("created", when(job.created_at)),
+        ("duration", duration(job) or "-"),
+        ("progress", progress(job) or "-"),
+    ]
+    if job.worker_id:
+        head.append(("worker", f"{job.worker_id} (attempt {job.attempts})"))
+    if job.sweep_id is not None:
+        head.append(("sweep", f"{job.sweep_id} ({job.metadata.get('sweep_configuration', '')})"))
+    if job.rerun_of is not None:
+        head.append(("rerun of", f"job {job.rerun_of}: {reproduction(job.reproduction)}"))
+    params = parameters(job.result or {})
+    if params:
+        head.append(("parameters", params))
+    if job.headline_metric:
+        head.append(("headline", headline_detail(job.headline_metric)))
+    for split, values in sorted(job.latest_metrics.items()):
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in values.items() if k not in ("step", "epoch"))
+        head.append((split, f"{shown} (step {values.get('step')})"))
+    if job.best_metrics:
+        best = job.best_metrics
+        head.append(("best", f"{best['metric']} {best['value']:.4f} at step {best['step']}"))
+    for checkpoint in checkpoints:
+        mark = " (best)" if checkpoint.is_best else ""
+        head.append(
+            ("checkpoint", f"step {checkpoint.step}, epoch {checkpoint.epoch:g}{mark}: {checkpoint.path}")
+        )
+    if job.output_dir:
+        head.append(("output", job.output_dir))
+    if job.error:
+        head.append(("error", f"{job.error_code or 'failed'}: {job.error.splitlines()[0]}"))
+    head += [("warning", warning) for warning in job.warnings]
+    lines = [f"job {job.id}: {job.status} (attempt {job.attempts} of {job.max_attempts})"]
+    lines += aligned(head)
+    lines.append("spec")
+    lines += aligned(job.spec.items())
+    return lines
+
+
+def parameters(result: dict[str, Any]) -> str:
+    """Trainable of total parameters, and the LoRA matrices' share."""
+    trainable, total = result.get("trainable_params"), result.get("total_params")
+    if trainable is None or total is None:
+        return ""
+    lora = result.get("lora_params")
+    share = f" ({result['trainable_percent']}%)" if result.get("trainable_percent") is not None else ""
+    return f"{trainable:,} trainable of {total:,}{share}" + (f", LoRA {lora:,}" if lora else "")
+
+
+def headline_detail(metric: dict[str, Any]) -> str:
+    newest = "-" if metric.get("value") is None else f"{metric['value']:.4f}"
+    best = "" if metric.get("best") is None else f" (best {metric['best']:.4f})"
+    return f"{metric['name']} {newest}{best}"
+
+
+def reproduction(result: dict[str, Any] | None) -> str:
+    """A rerun's comparison with its original, in a line."""
+    if not result:
+        return "not compared"
+    status = result.get("status")
+    if status == "pending":
+        return "pending (compared once both have finished)"
+    if status == "not_comparable":
+        return f"not comparable: {result.get('reason')}"
+    largest = result.get("max_abs_difference")
+    gap = f", largest difference {largest:.3g}" if largest else ""
+    return f"{status} ({result.get('match') or 'metrics differ'}{gap}, {result.get('compared')} values)"
+
+
+def reproduction_lines(result: dict[str, Any] | None) -> list[str]:
+    """`gluejobs rerun --watch`: the comparison, then what differs."""
+    lines = [f"reproduction: {reproduction(result)}"]
+    for item in (result or {}).get("differences", [])[:20]:
+        lines.append(
+            f"  {item['evaluation']} {item['split']} {item['name']}: {text(item['original'])} → "
+            f"{text(item['rerun'])}"
+        )
+    lines += [f"  environment: {line}" for line in (result or {}).get("environment_differences") or []]
+    return lines
+
+
+def task(job: Job) -> str:
+    return str(job.spec.get("task_name") or job.spec.get("train_file") or "")
+
+
+def headline(job: Job) -> str:
+    metric = job.headline_metric or {}
+    value = metric.get("best") if metric.get("best") is not None else metric.get("value")
+    return f"{metric['name']} {value:.4f}" if value is not None else ""
+
+
+def progress(job: Job) -> str:
+    train = job.latest_metrics.get("train") or {}
+    step = train.get("step")
+    if step is None:
+        return ""
+    total = (job.result or {}).get("completed_steps") or job.spec.get("max_train_steps")
+    return f"step {step}{f'/{total}' if total else ''} · epoch {train.get('epoch', 0):.2f}"
+
+
+def duration(job: Job) -> str:
+    if job.started_at is None:
+        return ""
+    seconds = int(((job.finished_at or datetime.now(UTC)) - job.started_at).total_seconds())
+    return (
+        f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+def when(moment: datetime | None) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else ""

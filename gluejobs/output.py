@@ -1,0 +1,72 @@
+"""How the `gluejobs` command prints: errors as one line, `--json` as one document, key/value blocks
+aligned, and a closed pipe (`gluejobs ls | head`) as the reader's wish rather than a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from gluejobs.client import ApiError
+
+
+def error_line(command: str, exc: Exception) -> str:
+    """`gluejobs <command>: <field>: <message>`: the one shape of every error the command prints,
+    whether the CLI found it before sending anything or the API answered it."""
+    if isinstance(exc, ApiError):
+        field, message = exc.field, exc.message
+    else:
+        field, message = getattr(exc, "field", None), str(exc)
+    if field and not message.startswith(f"{field}: "):
+        message = f"{field}: {message}"
+    return f"gluejobs {command}: {message}"
+
+
+def print_json(value: Any) -> None:
+    """`--json`: one JSON document (a list for several items), so `| jq` and json.loads read it whole."""
+    print(json.dumps(value, indent=2))
+
+
+def print_warnings(warnings: Iterable[str], *, indent: str = "") -> None:
+    """What the API accepted with a word of warning, on stderr (stdout stays the answer)."""
+    for warning in warnings:
+        print(f"{indent}warning: {warning}", file=sys.stderr)
+
+
+def aligned(pairs: Iterable[tuple[str, Any]], *, indent: str = "  ") -> list[str]:
+    """`key   value` lines with the values in one column."""
+    rows = [(key, text(value)) for key, value in pairs]
+    width = max((len(key) for key, _ in rows), default=0)
+    return [f"{indent}{key:<{width}}  {value}" for key, value in rows]
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, right: Collection[str] = ()) -> list[str]:
+    """Rows under their headers in fixed columns, one line a row. Written here rather than with rich's
+    Table, which re-flows cells at the terminal's width: a cell wrapped onto a second line no longer
+    sits under its header, and `cut`/`awk` cannot read it."""
+    cells = [list(columns), *(list(row) for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = []
+    for row in cells:
+        parts = [
+            value.rjust(width) if name in right else value.ljust(width)
+            for name, value, width in zip(columns, row, widths, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def text(value: Any) -> str:
+    """A value as a person reads it: text as it is, anything else as JSON (true, null, [1, 2])."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def closed_pipe() -> int:
+    """The reader closed our stdout (`| head` has its lines): stop quietly. Python flushes stdout once
+    more at exit, which would fail again, so stdout points at /dev/null from here on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
