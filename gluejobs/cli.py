@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gluejobs import research_cli
+from gluejobs import files_cli, research_cli
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.watch import watch_job
 
@@ -88,7 +88,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the fast path (spec field fast: true): length-grouped batches, bf16 with an fp32 head, sorted "
         "evaluation; values given beside it win. --dry-run shows what it sets",
     )
-    submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved spec and the API's checks of its local files; submit and upload nothing",
+    )
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
 
     ls = _client_command(commands, "ls", help="list jobs, newest first")
@@ -143,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("job_id", type=int)
 
     research_cli.add_commands(commands, _client_command)
+    files_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -230,14 +235,20 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     if args.dry_run:
         print(json.dumps(spec, indent=2))
         return _print_plan(args, spec)
+    with _client(args) as client:  # files on this machine are uploaded first (hash first)
+        spec, _ = files_cli.upload_local_files(client, spec, dry_run=False)
     return _create(args, spec, _metadata(args.metadata))
 
 
 def _print_plan(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     """The API's dry run (data checks, steps, tokens, memory), when an API answers; nothing is stored."""
-    body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts}
     try:
         with Client(args.url, api_key=args.api_key or "", retries=0) as client:
+            spec, complete = files_cli.upload_local_files(client, spec, dry_run=True)
+            if not complete:
+                print("note: no plan: the API has not got every local file yet (submit uploads them)")
+                return 0
+            body = {"spec": spec, "priority": args.priority, "max_attempts": args.max_attempts}
             plan = client.request("POST", "/v1/jobs", params={"dry_run": "true"}, json=body)
     except ApiError as exc:
         if exc.code != "unreachable":
@@ -256,6 +267,11 @@ def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
             return research_cli.run_sweep(args, extra, client)
     except ScriptArgsError as exc:
         raise CliError(str(exc)) from exc
+
+
+def _files(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return files_cli.run_files(args, client)
 
 
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
@@ -506,6 +522,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "watch": _watch,
     "sweep": _sweep,
     "glue-zip": _glue_zip,
+    "files": _files,
 }
 
 
