@@ -7,9 +7,9 @@ file), fitting the task when one is named (names like `entailment` or ids), and 
 of one type. A file that cannot serve as training data is refused with 422 naming the problem and
 its row.
 
-Unlike a dry run, which reads a job's files whole, an upload is read `PIECE_ROWS` rows at a time
-(pandas' chunked readers, parquet's record batches), so a 2 GiB upload does not take 2 GiB of the
-API's memory: what is kept across pieces is the row count and the label tally. Only a `.json` file
+Unlike a dry run, which reads a job's files whole, an upload is read a few MiB at a time (pandas'
+chunked readers, parquet's record batches), so a 2 GiB upload does not take 2 GiB of the API's
+memory: what is kept across pieces is the row count and the label tally. Only a `.json` file
 holding one JSON array is read whole (JSON has no pieces to read it by); JSON lines stream.
 Pieces change nothing that a whole read decides: text-format labels are tallied as written and
 their type (ids, names or scores) is decided once, over every distinct value, as a whole read
@@ -45,7 +45,10 @@ from shared.errors import InvalidRequest, quote
 from shared.spec import DATA_FILE_SUFFIXES
 from shared.tasks import TASKS, GlueTask
 
-PIECE_ROWS = 50_000
+# A piece is about this much of the file (its rows counted from the first MiB's): pandas holds a
+# piece as Python strings, several times its size on disk.
+PIECE_BYTES = 2 * 1024 * 1024
+MAX_PIECE_ROWS = 50_000
 PURPOSES = ("train", "validation", "test")
 # A label column with more distinct values than this is a column of scores, or no classification.
 MAX_CLASSES = 10_000
@@ -124,18 +127,30 @@ def _pieces(path: Path, suffix: str) -> Iterator[pd.DataFrame]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=PIECE_ROWS):
+        parquet = pq.ParquetFile(path)
+        rows = parquet.metadata.num_rows or 1
+        for batch in parquet.iter_batches(batch_size=_rows_per_piece(path.stat().st_size / rows)):
             yield batch.to_pandas()
-    elif suffix == ".tsv":
-        yield from pd.read_csv(path, **_TSV_OPTIONS, chunksize=PIECE_ROWS)
+        return
+    rows = _rows_per_piece(_bytes_per_line(path))
+    if suffix == ".tsv":
+        yield from pd.read_csv(path, **_TSV_OPTIONS, chunksize=rows)
     elif suffix == ".csv":
-        yield from pd.read_csv(
-            path, encoding="utf-8-sig", keep_default_na=False, dtype=str, chunksize=PIECE_ROWS
-        )
+        yield from pd.read_csv(path, encoding="utf-8-sig", keep_default_na=False, dtype=str, chunksize=rows)
     elif suffix == ".json" and _starts_an_array(path):
         yield pd.read_json(path, dtype=False, convert_dates=False)
     else:  # .jsonl, and .json holding JSON lines (as the `json` loader of datasets takes it)
-        yield from pd.read_json(path, lines=True, chunksize=PIECE_ROWS, dtype=False, convert_dates=False)
+        yield from pd.read_json(path, lines=True, chunksize=rows, dtype=False, convert_dates=False)
+
+
+def _bytes_per_line(path: Path) -> float:
+    with path.open("rb") as handle:
+        head = handle.read(1024 * 1024)
+    return len(head) / max(1, head.count(b"\n"))
+
+
+def _rows_per_piece(bytes_per_row: float) -> int:
+    return max(1, min(MAX_PIECE_ROWS, int(PIECE_BYTES / max(1.0, bytes_per_row))))
 
 
 def _starts_an_array(path: Path) -> bool:
