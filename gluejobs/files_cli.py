@@ -22,15 +22,15 @@ AddClientCommand = Callable[..., argparse.ArgumentParser]
 
 
 def add_commands(commands: Any, client_command: AddClientCommand) -> None:
-    files = client_command(commands, "files", help="uploaded data files: ls, upload, rm")
+    files = commands.add_parser("files", help="uploaded data files: ls, upload, rm")
     actions = files.add_subparsers(dest="files_command", required=True)
-    ls = actions.add_parser("ls", help="your uploaded files, newest first")
+    ls = client_command(actions, "ls", help="your uploaded files, newest first")
     ls.add_argument("--json", action="store_true", help="one JSON object a line")
-    upload = actions.add_parser("upload", help="upload a data file (not sent again if the API has it)")
+    upload = client_command(actions, "upload", help="upload a data file (not sent again if the API has it)")
     upload.add_argument("path")
     upload.add_argument("--purpose", choices=tuple(PURPOSE_OF_FIELD.values()), default="train")
     upload.add_argument("--task-name", help="check its labels against this GLUE task")
-    remove = actions.add_parser("rm", help="delete an uploaded file (refused while a job uses it)")
+    remove = client_command(actions, "rm", help="delete an uploaded file (refused while a job uses it)")
     remove.add_argument("file_id")
 
 

@@ -370,7 +370,9 @@ def finished_job(
     return job.id
 
 
-def test_a_complete_bundle_is_glues_zip(client: TestClient, db: Database, settings: Settings, predicted: Predicted) -> None:
+def test_a_complete_bundle_is_glues_zip(
+    client: TestClient, db: Database, settings: Settings, predicted: Predicted
+) -> None:
     ids = [finished_job(db, settings, task, predicted.outputs[task]) for task in FILES]
 
     response = client.get("/v1/submissions", params={"jobs": ",".join(map(str, ids))})
