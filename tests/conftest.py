@@ -17,12 +17,12 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
+from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
 from tests.kit import GLUE_DATA, POSTGRES_URL, SKIP_POSTGRES, TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA
 from tests.runs import reset_accelerate_state
-from tests.s3 import S3Endpoint
 
 _db_counter = itertools.count()
 

@@ -22,12 +22,12 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from gluejobs import Client
+from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.storage import open_store
 from shared.uploaded_files import cache_path
 from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import GLUE_DATA, TINY_MODEL
-from tests.s3 import S3Endpoint
 
 SAVE_STEPS = 20
 STEPS = 120  # 480 rows, batch 4

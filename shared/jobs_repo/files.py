@@ -131,9 +131,3 @@ def link_files(session: Session, *, job: Job, uploaded: Mapping[str, Any]) -> No
         if file is None or file.sha256 != record.get("sha256"):
             raise NotFound(f"{record.get('id')!s} no longer exists", field=f"spec.{field}")
         session.add(JobFile(job_id=job.id, field=field, file_id=file.id))
-
-
-def files_in_use(session: Session, *, sha256: str) -> bool:
-    """Whether any file row still holds these bytes (an upload racing a delete re-checks this)."""
-    with read(session):
-        return bool(session.scalar(select(func.count()).select_from(File).where(File.sha256 == sha256)))
