@@ -32,11 +32,11 @@ sys.path.insert(0, str(REPO))
 from bench.harness import GLUE_DATA, bench_settings, load_average, run_folder  # noqa: E402
 from gluejobs import Client  # noqa: E402
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
-from gluejobs.stack import S3Endpoint, local_stack, stack_environment  # noqa: E402
+from gluejobs.stack import S3Endpoint, local_stack, stack_environment, start_worker, stop  # noqa: E402
 
 SAVE_STEPS = 4
 UPLOADED = re.compile(r"uploaded checkpoint-(\d+) \(([\d.]+) MB\) in ([\d.]+) s")
-FETCHED = re.compile(r"fetched checkpoint-(\d+) from the store in ([\d.]+) s")
+FETCHED = re.compile(r"fetched the uploaded file \w+ \(([\d.]+) MB\) from the store in ([\d.]+) s")
 
 
 def write_file(path: Path, megabytes: float) -> int:
@@ -66,34 +66,28 @@ def run(store: str, megabytes: float, checkpoints: int) -> dict[str, Any]:
             dev.write_text("\n".join(train.read_text().splitlines()[:201]) + "\n")
             aws = endpoint.environment() if endpoint else {}
             env = stack_environment(settings, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **aws)
-            with local_stack(settings, logs=root / "logs", env=env) as stack, Client(stack.url) as client:
-                _wait_idle(client)
-                started = time.perf_counter()
-                uploaded = client.files.create(train)
-                upload_s = time.perf_counter() - started
-                dev_file = client.files.create(dev, purpose="validation")
-                spec = {
-                    "model_name_or_path": MODEL_NAME,
-                    "train_file": uploaded.id,
-                    "validation_file": dev_file.id,
-                    "max_train_samples": 2000,
-                    "per_device_train_batch_size": 16,
-                    "max_train_steps": SAVE_STEPS * checkpoints,
-                    "save_strategy": "steps",
-                    "save_steps": SAVE_STEPS,
-                    "eval_strategy": "no",
-                    "logging_steps": 1,
-                    "seed": 1,
+            # With S3 the worker is another machine: folders of its own (its cache without the file);
+            # the local store is one machine's (or a shared disk's) folder.
+            machine = (
+                {
+                    "GLUEJOBS_ARTIFACTS_DIR": str(root / "worker"),
+                    "GLUEJOBS_CACHE_DIR": str(root / "worker-cache"),
                 }
-                job = client.jobs.create(spec)
-                submitted_s = time.perf_counter() - started
-                while not any(m.split == "train" for m in client.jobs.metrics(job.id)):
-                    time.sleep(0.2)
-                first_step_s = time.perf_counter() - started
-                finished = client.jobs.wait(job.id, timeout=1800, poll_interval=0.5)
-                train_s = time.perf_counter() - started - first_step_s
-            log = (root / "logs" / "worker-0.log").read_text()
+                if endpoint
+                else {}
+            )
+            with (
+                local_stack(settings, logs=root / "logs", env=env, workers=0) as stack,
+                Client(stack.url) as client,
+            ):
+                worker = start_worker({**env, **machine}, log=root / "logs" / "worker-0.log")
+                try:
+                    timings = _timed_job(client, train, dev, checkpoints)
+                finally:
+                    stop(worker)
+            finished, upload_s, submitted_s, first_step_s, train_s, log = timings
             uploads = [(float(mb), float(s)) for _, mb, s in UPLOADED.findall(log)]
+            fetches = [(float(mb), float(s)) for mb, s in FETCHED.findall(log)]
             return {
                 "store": store,
                 "file_mb": round(train.stat().st_size / 1e6, 1),
@@ -103,14 +97,47 @@ def run(store: str, megabytes: float, checkpoints: int) -> dict[str, Any]:
                 "submit_s": round(submitted_s - upload_s, 2),
                 "submit_to_first_step_s": round(first_step_s, 2),
                 "first_step_to_end_s": round(train_s, 2),
-                "checkpoints": len(uploads) if endpoint else checkpoints,
+                "checkpoints": checkpoints,
                 "checkpoint_mb": round(uploads[0][0], 1) if uploads else None,
                 "checkpoint_upload_s": [s for _, s in uploads],
+                "worker_fetch_s": [s for _, s in fetches],
                 "load_average": load_average(),
             }
         finally:
             if endpoint is not None:
                 endpoint.close()
+
+
+def _timed_job(
+    client: Client, train: Path, dev: Path, checkpoints: int
+) -> tuple[Any, float, float, float, float, str]:
+    """(the finished job, seconds to upload, to submit, to the first step, first step to end, its log)."""
+    _wait_idle(client)
+    started = time.perf_counter()
+    uploaded = client.files.create(train)
+    upload_s = time.perf_counter() - started
+    dev_file = client.files.create(dev, purpose="validation")
+    spec = {
+        "model_name_or_path": MODEL_NAME,
+        "train_file": uploaded.id,
+        "validation_file": dev_file.id,
+        "max_train_samples": 2000,
+        "per_device_train_batch_size": 16,
+        "max_train_steps": SAVE_STEPS * checkpoints,
+        "save_strategy": "steps",
+        "save_steps": SAVE_STEPS,
+        "eval_strategy": "no",
+        "logging_steps": 1,
+        "seed": 1,
+    }
+    job = client.jobs.create(spec)
+    submitted_s = time.perf_counter() - started
+    while not any(m.split == "train" for m in client.jobs.metrics(job.id)):
+        time.sleep(0.2)
+    first_step_s = time.perf_counter() - started
+    finished = client.jobs.wait(job.id, timeout=1800, poll_interval=0.5)
+    train_s = time.perf_counter() - started - first_step_s
+    return finished, upload_s, submitted_s, first_step_s, train_s, client.jobs.logs(job.id)
 
 
 def _wait_idle(client: Client) -> None:

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from pathlib import Path
 
 from shared.errors import JobFailed
@@ -68,7 +69,14 @@ def _fetch(store: Store, sha256: str, path: Path) -> None:
             return
         except OSError:  # another file system (or none to link): copy
             pass
+    started = time.perf_counter()
     store.get(key, path)
+    logger.info(
+        "fetched the uploaded file %s (%.1f MB) from the store in %.2f s",
+        sha256[:12],
+        path.stat().st_size / 1e6,
+        time.perf_counter() - started,
+    )
 
 
 # Copies this process has checked: (path, size, mtime) → sha256, so that a job's several reads of

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from gluejobs import Client
 from service.main import create_app
 from shared.config import Settings
 from shared.storage import open_store
-from tests.e2e import LOOPBACK_URL, api_process
+from tests.e2e import LOOPBACK_URL, api_process, live_api
 from tests.kit import TINY_MODEL
 
 ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
@@ -224,3 +225,17 @@ def test_a_large_upload_streams_through_the_api_and_a_cut_off_one_leaves_nothing
             time.sleep(0.25)
             leftovers = list((settings.cache_dir / "uploads").glob("*"))
         assert leftovers == []
+
+
+def test_presigned_downloads_redirect_to_the_store_and_the_client_follows(
+    settings_factory: Any, sqlite_url: str, s3_url: str, s3_endpoint: Any, tmp_path: Path
+) -> None:
+    settings: Settings = settings_factory(sqlite_url, storage_url=s3_url, storage_presign_s=60)
+    open_store(settings).check()
+    with live_api(settings) as http:
+        file = http.post("/v1/files", files={"file": ("train.csv", TRAIN)}).json()
+        answer = http.get(f"/v1/files/{file['id']}/content")
+        assert answer.status_code == 307
+        assert answer.headers["location"].startswith(f"{s3_endpoint.url}/")  # the store itself
+        with Client(str(http.base_url)) as client:
+            assert client.files.download(file["id"], tmp_path / "back.csv").read_bytes() == TRAIN

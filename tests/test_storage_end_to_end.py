@@ -30,7 +30,7 @@ from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import GLUE_DATA, TINY_MODEL
 
 SAVE_STEPS = 20
-STEPS = 120  # 480 rows, batch 4
+TRAIN_ROWS = 320  # 80 steps of batch 4
 
 
 def _csv(path: Path, rows: list[list[str]]) -> Path:
@@ -60,6 +60,14 @@ def _machine(settings_factory: Any, tmp_path: Path, name: str, **overrides: Any)
     return settings
 
 
+def _ended(client: httpx.Client, job_id: int) -> dict[str, Any]:
+    job: dict[str, Any] = wait_for(
+        lambda: (j := get(client, f"/v1/jobs/{job_id}"))["status"] in ("succeeded", "failed") and j,
+        timeout_s=300,
+    )
+    return job
+
+
 def _upload(client: httpx.Client, path: Path, purpose: str) -> dict[str, Any]:
     with path.open("rb") as handle:
         response = client.post("/v1/files", files={"file": (path.name, handle)}, data={"purpose": purpose})
@@ -71,12 +79,12 @@ def _upload(client: httpx.Client, path: Path, purpose: str) -> dict[str, Any]:
 def test_two_machines_without_a_shared_disk_resume_from_the_store_and_ride_out_its_outage(
     settings_factory: Any, postgres_url: str, s3_url: str, s3_endpoint: S3Endpoint, tmp_path: Path
 ) -> None:
-    common = {"database_url": postgres_url, "storage_url": s3_url, "lease_s": 5.0, "heartbeat_s": 0.5}
+    common = {"database_url": postgres_url, "storage_url": s3_url, "lease_s": 3.0, "heartbeat_s": 0.5}
     api, first, second = (
         _machine(settings_factory, tmp_path, name, **dict(common)) for name in ("api", "w1", "w2")
     )
-    train = _csv(tmp_path / "mine.csv", _sst2_rows(480))
-    dev = _csv(tmp_path / "mine-dev.csv", _sst2_rows(32, skip=480))
+    train = _csv(tmp_path / "mine.csv", _sst2_rows(TRAIN_ROWS))
+    dev = _csv(tmp_path / "mine-dev.csv", _sst2_rows(32, skip=TRAIN_ROWS))
     with api_process(api, log=tmp_path / "api.log") as (client, _):
         train_file, dev_file = _upload(client, train, "train"), _upload(client, dev, "validation")
         spec = {
@@ -116,12 +124,7 @@ def test_two_machines_without_a_shared_disk_resume_from_the_store_and_ride_out_i
         corrupt.write_bytes(bytes(b ^ 0xFF for b in train.read_bytes()))
         worker = start_worker(second, log=tmp_path / "w2.log")
         try:
-            done = wait_for(
-                lambda: (
-                    (j := get(client, f"/v1/jobs/{job['id']}"))["status"] in ("succeeded", "failed") and j
-                ),
-                timeout_s=300,
-            )
+            done = _ended(client, job["id"])
             assert done["status"] == "succeeded", done["error"]
             assert done["attempts"] == 2
             events = get(client, f"/v1/jobs/{job['id']}/events")["data"]
@@ -157,12 +160,7 @@ def test_two_machines_without_a_shared_disk_resume_from_the_store_and_ride_out_i
             s3_endpoint.down()
             time.sleep(4)
             s3_endpoint.up()
-            finished = wait_for(
-                lambda: (
-                    (j := get(client, f"/v1/jobs/{again['id']}"))["status"] in ("succeeded", "failed") and j
-                ),
-                timeout_s=300,
-            )
+            finished = _ended(client, again["id"])
             assert finished["status"] == "succeeded", finished["error"]
             assert finished["attempts"] == 1
         finally:

@@ -139,34 +139,43 @@ class JobSupervisor:
                 error_code=ErrorCode.internal,
             )
         finally:
+            # The whole log is in the store before the outcome is known, when the store answers at
+            # once; else it is waited for after the outcome is recorded (which must not wait).
+            copied = log_path is not None and self._copy_log(log_path, final=True)
             self._record(outcome)
             if log_path is not None:
-                self._keep_files(log_path)
+                self._keep_files(log_path, copied=copied)
             self.outcome = outcome
             self._on_done(self)
         return outcome
 
-    def _keep_files(self, log_path: Path) -> None:
-        """The attempt's log into the store, then the job's folder here goes (an object store)."""
+    def _keep_files(self, log_path: Path, *, copied: bool) -> None:
+        """The attempt's log into the store (unless it is there already), then the job's folder
+        here goes (an object store)."""
         try:
-            self.storage.upload_log(log_path)
+            if not copied:
+                self.storage.upload_log(log_path)
         except Exception as exc:  # the outcome is recorded: a log lost to the store is not the job's
             logger.warning("job %s: could not copy its log to the store: %s", self.job.id, exc)
         self.storage.remove_local()
 
-    def _copy_log(self, log_path: Path) -> None:
-        """While the job runs: its log into the store every LOG_COPY_INTERVAL_S when it has grown,
-        in one try (the heartbeat comes first)."""
-        if not self.storage.mirrored or time.monotonic() - self._log_copied_at < LOG_COPY_INTERVAL_S:
-            return
+    def _copy_log(self, log_path: Path, *, final: bool = False) -> bool:
+        """The job's log into the store, in one try (the heartbeat comes first): while it runs, every
+        LOG_COPY_INTERVAL_S when it has grown; `final`, once more at its end. Whether it is there."""
+        if not self.storage.mirrored:
+            return True
+        if not final and time.monotonic() - self._log_copied_at < LOG_COPY_INTERVAL_S:
+            return False
         self._log_copied_at = time.monotonic()
         try:
             size = log_path.stat().st_size
             if size != self._log_copied_size:
                 self.storage.upload_log(log_path, once=True)
                 self._log_copied_size = size
+            return True
         except Exception as exc:  # the store is away: the next copy, or the last, brings it
             logger.debug("job %s: its log was not copied this time: %s", self.job.id, exc)
+            return False
 
     def _prepare(self, output_dir: Path) -> Path:
         """The job's folder and its attempt's log; the job row learns both and its devices."""
