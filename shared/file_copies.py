@@ -17,15 +17,15 @@ import threading
 import time
 from pathlib import Path
 
-from shared.errors import JobFailed
-from shared.storage import Store, file_key
+from shared.storage import Store, StoreUnavailable, file_key
 from shared.uploaded_files import cache_path
 
 logger = logging.getLogger(__name__)
 
 
-class CorruptFile(JobFailed):
-    """An uploaded file's bytes in the store do not match their sha256."""
+class CorruptFile(StoreUnavailable):
+    """An uploaded file's bytes in the store do not match their sha256 (the store's fault: a job is
+    retried, a request answered 503)."""
 
 
 def sha256_of_file(path: Path) -> str:

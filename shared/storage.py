@@ -178,7 +178,7 @@ class Store:
             if Path(target) == local.resolve():
                 return  # the job's folder is the store's: nothing to copy
             partial = f"{target}.{secrets.token_hex(4)}.partial"
-            self.fs.makedirs(self.fs._parent(target), exist_ok=True)
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
             try:
                 self.fs.put_file(str(local), partial)
                 os.replace(partial, target)

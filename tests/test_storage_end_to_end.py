@@ -139,6 +139,9 @@ def test_two_machines_without_a_shared_disk_resume_from_the_store_and_ride_out_i
             # The model, downloaded through the API (whose disk never saw a worker's), predicts.
             with Client(str(client.base_url)) as gluejobs:
                 model_dir = gluejobs.jobs.download(job["id"], tmp_path / "downloaded")
+                newest = gluejobs.jobs.checkpoints(job["id"])[-1].step
+                folder = gluejobs.jobs.download(job["id"], tmp_path / "checkpoint", checkpoint=newest)
+            assert (folder / f"checkpoint-{newest}" / "gluejobs_state.json").is_file()  # a tar from the store
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
             model = AutoModelForSequenceClassification.from_pretrained(model_dir)
             with torch.no_grad():
