@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response, status
+from sqlalchemy.orm import Session
 
 from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.downloads import stored_download
@@ -109,7 +110,7 @@ async def create_file(
 
 
 def _keep(
-    received: Received, settings: Settings, store: Store, session: Any, owner: str | None, dry_run: bool
+    received: Received, settings: Settings, store: Store, session: Session, owner: str | None, dry_run: bool
 ) -> FileCheck | tuple[File, bool]:
     task = task_of(received.fields.get("task_name"))
     purpose = received.fields.get("purpose") or "train"
