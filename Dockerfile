@@ -1,9 +1,10 @@
 # Two images from one file:
-#   docker build --target api -t gluejobs-api .        the API (and client, CLI): no torch, ~200 MB
+#   docker build --target api -t gluejobs-api .        the API (`gluejobs[server]`): no torch, ~200 MB
 #   docker build --target worker -t gluejobs-worker .  the training stack (CUDA torch by default)
 # A CPU-only worker:
 #   docker build --target worker --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu .
-# Both must mount the same /data: the worker writes job folders there and the API serves them.
+# They share no disk when GLUEJOBS_STORAGE_URL names an S3-compatible store (docker-compose.yml runs
+# MinIO); without it, mount the same /data in both (the local folder GLUEJOBS_ARTIFACTS_DIR).
 
 # --- the project's files, once for both images -------------------------------------------------
 FROM scratch AS source
@@ -28,17 +29,17 @@ WORKDIR /app
 RUN useradd --create-home --uid 1000 gluejobs && mkdir -p /data && chown gluejobs /data
 VOLUME ["/data"]
 
-# --- the API: `pip install gluejobs` (FastAPI, SQLAlchemy, the client, the CLI), no torch ------------
+# --- the API: `pip install gluejobs[server]` (FastAPI, SQLAlchemy, the store, the CLI), no torch -----
 FROM runtime AS api
 COPY --from=source /app /app
 # Editable, so the migrations in /app/alembic sit where shared/migrate.py looks for them.
-RUN pip install -e .
+RUN pip install -e ".[server]"
 USER gluejobs
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:8000/healthz').status_code != 200)" || exit 1
 CMD ["gluejobs", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
-# --- the worker: `pip install gluejobs[worker]` --------------------------------------------------------
+# --- the worker: `pip install gluejobs[worker]` (the server's stack and the training stack) -----------
 FROM runtime AS worker
 ARG TORCH_SPEC="torch>=2.2"
 ARG TORCH_INDEX_URL=""

@@ -20,10 +20,12 @@ import json
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
@@ -70,6 +72,10 @@ class Call:
     # Safe to send again after a failure that may have reached the server.
     idempotent: bool = True
     timeout: httpx.Timeout | None = None  # None: the client's
+    # A file sent as the multipart part `file` (read from disk as it is sent, once per try), with
+    # these form fields beside it.
+    upload: Path | None = None
+    form: Mapping[str, str] | None = None
 
     @property
     def http(self) -> dict[str, Any]:
@@ -85,6 +91,15 @@ class Call:
         if self.timeout is not None:
             options["timeout"] = self.timeout
         return options
+
+    @contextmanager
+    def sending(self) -> Iterator[dict[str, Any]]:
+        """The keyword arguments of one try; an upload's file is open while it is sent."""
+        if self.upload is None:
+            yield self.http
+            return
+        with self.upload.open("rb") as handle:
+            yield {**self.http, "files": {"file": (self.upload.name, handle)}, "data": dict(self.form or {})}
 
     def with_params(self, **params: Any) -> Call:
         return replace(self, params=query(**{**(self.params or {}), **params}))

@@ -220,3 +220,20 @@ _STREAM_ROWS: dict[str, type[Metric] | type[Checkpoint] | type[Event]] = {
     "status": Event,
     "event": Event,
 }
+
+
+@dataclass(frozen=True)
+class FileInfo(Result):
+    """An uploaded data file (POST /v1/files): name it in a spec by its `id`."""
+
+    id: str = ""
+    filename: str = ""
+    format: str = ""
+    purpose: str = ""
+    task_name: str | None = None
+    bytes: int = 0
+    sha256: str = ""
+    rows: int = 0
+    columns: list[str] = field(default_factory=list)
+    checks: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None

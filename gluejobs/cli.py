@@ -19,10 +19,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import job_view, research_cli
+from gluejobs import files_cli, job_view, research_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
-from gluejobs.local_files import with_local_file_hint
 from gluejobs.output import closed_pipe, error_line, print_json, table
 from gluejobs.watch import watch_job
 
@@ -93,7 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the fast path (spec field fast: true): length-grouped batches, bf16 with an fp32 head, sorted "
         "evaluation; values given beside it win. --dry-run shows what it sets",
     )
-    submit.add_argument("--dry-run", action="store_true", help="print the resolved spec; submit nothing")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved spec and the API's checks of its local files; submit and upload nothing",
+    )
     submit.add_argument("--watch", action="store_true", help="follow the job until it ends")
     _json_option(submit, "the job (with --dry-run: the plan) as the API returns it")
 
@@ -152,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("job_id", type=int)
 
     research_cli.add_commands(commands, _client_command)
+    files_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -243,14 +247,23 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
         raise CliError(str(exc)) from exc
     if args.dry_run:
         return _print_plan(args, spec)
+    with _client(args) as client:  # files on this machine are uploaded first (hash first)
+        spec, _ = files_cli.upload_local_files(client, spec, dry_run=False)
     return _create(args, spec, _metadata(args.metadata))
 
 
 def _print_plan(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     """The resolved spec and the API's dry run (data checks, steps, tokens, memory), when an API
-    answers; nothing is stored."""
+    answers; nothing is stored. Files on this machine are checked by the API and not uploaded."""
     try:
-        with Client(args.url, api_key=args.api_key or "", retries=0) as client, with_local_file_hint(spec):
+        with Client(args.url, api_key=args.api_key or "", retries=0) as client:
+            spec, complete = files_cli.upload_local_files(client, spec, dry_run=True)
+            if not complete:
+                print(
+                    "note: no plan: the API has not got every local file yet (submit uploads them)",
+                    file=sys.stderr,
+                )
+                return 0
             plan = client.jobs.dry_run(spec, priority=args.priority, max_attempts=args.max_attempts)
     except ApiError as exc:
         if exc.code != "unreachable":
@@ -277,6 +290,11 @@ def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
             return research_cli.run_sweep(args, extra, client)
     except ScriptArgsError as exc:
         raise CliError(str(exc)) from exc
+
+
+def _files(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return files_cli.run_files(args, client)
 
 
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
@@ -307,10 +325,9 @@ def _resubmit(args: argparse.Namespace, _extra: list[str]) -> int:
 
 def _create(args: argparse.Namespace, spec: dict[str, Any], metadata: dict[str, str]) -> int:
     with _client(args) as client:
-        with with_local_file_hint(spec):
-            job = client.jobs.create(
-                spec, priority=args.priority, max_attempts=args.max_attempts, metadata=metadata
-            )
+        job = client.jobs.create(
+            spec, priority=args.priority, max_attempts=args.max_attempts, metadata=metadata
+        )
         return job_view.created(client, job, json_output=args.json, watch=args.watch)
 
 
@@ -468,6 +485,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "glue-zip": _glue_zip,
     "leaderboard": _leaderboard,
     "rerun": _rerun,
+    "files": _files,
 }
 
 

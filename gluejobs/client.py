@@ -59,13 +59,15 @@ from gluejobs._core import (
     data_of,
     query,
 )
-from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver
+from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
+from gluejobs._files import LocalFile
 from gluejobs._types import (
     TERMINAL_STATUSES,
     ApiError,
     Artifact,
     Checkpoint,
     Event,
+    FileInfo,
     Job,
     Metric,
     Plan,
@@ -86,12 +88,15 @@ __all__ = [
     "ApiError",
     "Artifact",
     "AsyncClient",
+    "AsyncFiles",
     "AsyncJobs",
     "AsyncSweeps",
     "AsyncWorkers",
     "Checkpoint",
     "Client",
     "Event",
+    "FileInfo",
+    "Files",
     "Job",
     "Jobs",
     "Metric",
@@ -192,6 +197,10 @@ def _jobs(status: str | builtins.list[str] | None, page_size: int) -> Call:
     return Call("GET", "/v1/jobs", params=query(status=statuses, limit=page_size))
 
 
+def _files(sha256: str | None, page_size: int) -> Call:
+    return Call("GET", "/v1/files", params=query(sha256=sha256, limit=page_size))
+
+
 def _rows(job_id: int, rows: str, **filters: Any) -> Call:
     return Call("GET", f"/v1/jobs/{job_id}/{rows}", params=query(limit=PAGE_ROWS, **filters))
 
@@ -250,7 +259,11 @@ class _BaseClient(Generic[HttpT, TransportT]):
         headers = {"User-Agent": "gluejobs-client"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._http = self._open(transport, base_url=self.base_url, headers=headers, timeout=timeout)
+        # Redirects are followed: a download may be sent to a presigned URL of the store (httpx drops
+        # the Authorization header when the redirect leaves the API's origin).
+        self._http = self._open(
+            transport, base_url=self.base_url, headers=headers, timeout=timeout, follow_redirects=True
+        )
 
     @property
     def retries(self) -> int:
@@ -279,6 +292,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: Jobs(client))
     sweeps = cached_property(lambda client: Sweeps(client))
+    files = cached_property(lambda client: Files(client))
     workers = cached_property(lambda client: Workers(client))
 
     def __enter__(self) -> Client:
@@ -322,7 +336,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.RequestError:
         """One try: the answer read whole (within its cap), or its body written `into` a file."""
         try:
-            with self._http.stream(**call.http) as response:
+            with call.sending() as options, self._http.stream(**options) as response:
                 if into is None or not response.is_success:
                     return self._read(response)
                 with into(response.headers) as handle:
@@ -480,6 +494,42 @@ class Sweeps:
         return self._c._one(Call("POST", f"/v1/sweeps/{sweep_id}/cancel", idempotent=False), Sweep)
 
 
+class Files:
+    """`client.files`: uploaded data files."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> FileInfo:
+        """Upload a data file for jobs to name by its id; hashed first, and not sent at all when the
+        API already holds those bytes for you (your file with them is returned). Checked as it lands
+        (labels against `task_name`'s task when given): ApiError 422 naming the problem."""
+        local = LocalFile.read(path)
+        existing = local.reusable(self.list(sha256=local.sha256))
+        return existing or self._c._one(local.upload(purpose=purpose, task_name=task_name), FileInfo)
+
+    def check(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> Any:
+        """The API's checks of a local file (rows, columns, labels), keeping nothing."""
+        call = LocalFile.read(path).upload(purpose=purpose, task_name=task_name, dry_run=True)
+        return self._c._send(call).json()
+
+    def list(self, *, sha256: str | None = None, page_size: int = 100) -> Iterator[FileInfo]:
+        return self._c._paginate(_files(sha256, page_size), FileInfo.from_json)
+
+    def get(self, file_id: str) -> FileInfo:
+        return self._c._one(Call("GET", f"/v1/files/{file_id}"), FileInfo)
+
+    def delete(self, file_id: str) -> None:
+        """Delete the file (409 while a queued or running job uses it)."""
+        self._c._send(Call("DELETE", f"/v1/files/{file_id}"))
+
+    def download(self, file_id: str, dest: Destination) -> Path:
+        """The file's bytes into the file `dest` (written whole, or not at all)."""
+        target = Path(dest)
+        self._c._send(Call("GET", f"/v1/files/{file_id}/content"), into=lambda _h: new_file(target))
+        return target
+
+
 class Workers:
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -499,6 +549,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: AsyncJobs(client))
     sweeps = cached_property(lambda client: AsyncSweeps(client))
+    files = cached_property(lambda client: AsyncFiles(client))
     workers = cached_property(lambda client: AsyncWorkers(client))
 
     async def __aenter__(self) -> AsyncClient:
@@ -535,14 +586,15 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
 
     async def _exchange(self, call: Call, into: Receiver | None) -> Answer | httpx.RequestError:
         try:
-            async with self._http.stream(**call.http) as response:
-                if into is None or not response.is_success:
-                    return await self._read(response)
-                # The file is written synchronously: local disk, not the network.
-                with into(response.headers) as handle:
-                    async for chunk in response.aiter_bytes():
-                        handle.write(chunk)
-                return Answer.of(response)
+            with call.sending() as options:
+                async with self._http.stream(**options) as response:
+                    if into is None or not response.is_success:
+                        return await self._read(response)
+                    # The file is written synchronously: local disk, not the network.
+                    with into(response.headers) as handle:
+                        async for chunk in response.aiter_bytes():
+                            handle.write(chunk)
+                    return Answer.of(response)
         except httpx.RequestError as exc:
             return exc
 
@@ -676,6 +728,38 @@ class AsyncSweeps:
 
     async def cancel(self, sweep_id: int) -> Sweep:
         return await self._c._one(Call("POST", f"/v1/sweeps/{sweep_id}/cancel", idempotent=False), Sweep)
+
+
+class AsyncFiles:
+    """`client.files` of AsyncClient: Files' methods, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(
+        self, path: Destination, *, purpose: str = "train", task_name: str | None = None
+    ) -> FileInfo:
+        local = LocalFile.read(path)
+        existing = local.reusable([row async for row in self.list(sha256=local.sha256)])
+        return existing or await self._c._one(local.upload(purpose=purpose, task_name=task_name), FileInfo)
+
+    async def check(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> Any:
+        call = LocalFile.read(path).upload(purpose=purpose, task_name=task_name, dry_run=True)
+        return (await self._c._send(call)).json()
+
+    def list(self, *, sha256: str | None = None, page_size: int = 100) -> AsyncIterator[FileInfo]:
+        return self._c._paginate(_files(sha256, page_size), FileInfo.from_json)
+
+    async def get(self, file_id: str) -> FileInfo:
+        return await self._c._one(Call("GET", f"/v1/files/{file_id}"), FileInfo)
+
+    async def delete(self, file_id: str) -> None:
+        await self._c._send(Call("DELETE", f"/v1/files/{file_id}"))
+
+    async def download(self, file_id: str, dest: Destination) -> Path:
+        target = Path(dest)
+        await self._c._send(Call("GET", f"/v1/files/{file_id}/content"), into=lambda _h: new_file(target))
+        return target
 
 
 class AsyncWorkers:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gluejobs import job_view
 from gluejobs.client import Client, Sweep
+from gluejobs.files_cli import upload_local_files
 from gluejobs.output import aligned, print_json, print_warnings, table
 
 # gluejobs.cli's way of adding a command with --url and --api-key.
@@ -106,7 +107,6 @@ def run_sweep(args: argparse.Namespace, extra: list[str], client: Client) -> int
     if extra and extra[0] in SWEEP_COMMANDS:
         return _sweep_command(args, extra, client)
     # The flag translation reads the job spec's fields (pydantic): loaded only by this command.
-    from gluejobs.local_files import with_local_file_hint
     from gluejobs.script_args import script_flags_to_spec
 
     notes: list[str] = []
@@ -120,11 +120,17 @@ def run_sweep(args: argparse.Namespace, extra: list[str], client: Client) -> int
         "max_attempts": args.max_attempts,
         "metadata": dict(item.split("=", 1) for item in args.metadata if "=" in item),
     }
-    with with_local_file_hint(spec):
-        if args.dry_run:
-            plan = client.sweeps.dry_run(spec, **options)
-        else:
-            sweep = client.sweeps.create(spec, **options)
+    spec, complete = upload_local_files(client, spec, dry_run=args.dry_run)  # files on this machine
+    if not complete:
+        print(
+            "note: no plan: the API has not got every local file yet (the sweep uploads them)",
+            file=sys.stderr,
+        )
+        return 0
+    if args.dry_run:
+        plan = client.sweeps.dry_run(spec, **options)
+    else:
+        sweep = client.sweeps.create(spec, **options)
     if args.dry_run:
         if args.json:
             print_json(plan.raw)

@@ -15,7 +15,11 @@ from shared import jobs_repo
 from shared.config import Settings
 from shared.data_scope import DataScope, data_scope
 from shared.db import Database
-from shared.models import Job, Sweep
+from shared.errors import NotFound
+from shared.file_copies import local_copy
+from shared.models import File, Job, Sweep
+from shared.storage import Store
+from shared.uploaded_files import UploadedFile
 
 
 def get_settings(request: Request) -> Settings:
@@ -69,10 +73,34 @@ def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_data_scope(settings: SettingsDep, principal: PrincipalDep) -> DataScope:
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+
+
+def get_data_scope(
+    settings: SettingsDep, principal: PrincipalDep, session: SessionDep, store: StoreDep
+) -> DataScope:
     """Where the caller's data paths resolve (shared/data_scope.py): the whole data folder without
-    keys and for admin keys, the key owner's own folder for every other key."""
-    return data_scope(settings, owner=principal.owner, is_admin=principal.is_admin)
+    keys and for admin keys, the key owner's own folder for every other key; uploaded files by id
+    among the caller's own (admin keys: anyone's), fetched into this machine's cache to be read."""
+
+    def uploaded(file_id: str, field: str) -> tuple[UploadedFile, bool]:
+        row = jobs_repo.row_id(file_id)
+        try:
+            if row is None:
+                raise NotFound()
+            file = jobs_repo.get_file(session, file_id=row, owner=principal.owner_filter)
+        except NotFound:
+            raise NotFound(f"{file_id} not found", field=f"spec.{field}") from None
+        record = UploadedFile(id=file_id, filename=file.filename, bytes=file.bytes, sha256=file.sha256)
+        local_copy(store, settings.cache_dir, sha256=file.sha256, suffix=record.suffix)
+        return record, file.owner == principal.owner
+
+    return data_scope(settings, owner=principal.owner, is_admin=principal.is_admin, uploads=uploaded)
 
 
 DataScopeDep = Annotated[DataScope, Depends(get_data_scope)]
@@ -100,3 +128,20 @@ def get_sweep(
 
 
 SweepDep = Annotated[Sweep, Depends(get_sweep)]
+
+
+FileName = Annotated[str, Path(description="The file's id: file-7", pattern=r"^file-[0-9]{1,18}$")]
+
+
+def get_file(file_id: FileName, session: SessionDep, principal: PrincipalDep) -> File:
+    """The uploaded file, or a 404 (also for another key's file: its existence is not revealed)."""
+    row = jobs_repo.row_id(file_id)
+    if row is None:
+        raise NotFound(f"{file_id} not found")
+    try:
+        return jobs_repo.get_file(session, file_id=row, owner=principal.owner_filter)
+    except NotFound:
+        raise NotFound(f"{file_id} not found") from None
+
+
+FileDep = Annotated[File, Depends(get_file)]

@@ -12,6 +12,9 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
 - a body must have arrived whole within GLUEJOBS_BODY_TIMEOUT_S of the app's first read of it, or
   the request gets 408 and its connection is closed: a client sending a byte a second cannot hold
   a connection (the time to send the request head is bounded in service/connections.py).
+- an upload (POST /v1/files) may be up to GLUEJOBS_MAX_UPLOAD_BYTES, and its time grows with what
+  has arrived: GLUEJOBS_BODY_TIMEOUT_S plus a second per MIN_UPLOAD_BYTES_PER_S received, so a
+  real upload over a slow link finishes and a trickle does not hold a connection.
 
 Why not Starlette's RequestBodyLimitMiddleware (FastAPI's `max_body_size`)? It counts received bytes
 too, but when Content-Length is over the limit it replaces whatever response the app sends, the 401
@@ -33,6 +36,10 @@ from service.origins import SAFE_METHODS, HostRules
 from shared.errors import Unauthorized
 
 PROTECTED_PREFIX = "/v1"
+UPLOAD_PATH = "/v1/files"
+# The multipart framing around an upload's file: its headers and small form fields.
+UPLOAD_FRAMING_BYTES = 64 * 1024
+MIN_UPLOAD_BYTES_PER_S = 64 * 1024
 
 
 def too_large_message(max_body_bytes: int) -> str:
@@ -41,13 +48,21 @@ def too_large_message(max_body_bytes: int) -> str:
 
 class RequestGuard:
     def __init__(
-        self, app: ASGIApp, *, keys: KeyRing, hosts: HostRules, max_body_bytes: int, body_timeout_s: float
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyRing,
+        hosts: HostRules,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        max_upload_bytes: int,
     ) -> None:
         self.app = app
         self.keys = keys
         self.hosts = hosts
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.max_upload_bytes = max_upload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,47 +90,48 @@ class RequestGuard:
             except Unauthorized as exc:
                 await self._refuse(401, exc.code, exc.message, scope, receive, send)
                 return
+        upload = path == UPLOAD_PATH and scope["method"] == "POST"
+        limit = self.max_upload_bytes + UPLOAD_FRAMING_BYTES if upload else self.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:
             if not (declared.isascii() and declared.isdigit()):
                 await self._refuse(400, "bad_request", "Content-Length is not a number", scope, receive, send)
                 return
-            if int(declared) > self.max_body_bytes:
-                message = too_large_message(self.max_body_bytes)
+            if int(declared) > limit:
+                message = too_large_message(limit)
                 await self._refuse(413, "request_too_large", message, scope, receive, send)
                 return
-        await self.app(scope, self._capped(receive), send)
+        await self.app(scope, self._capped(receive, limit, upload=upload), send)
 
-    def _capped(self, receive: Receive) -> Receive:
+    def _capped(self, receive: Receive, limit: int, *, upload: bool) -> Receive:
         received = 0
-        deadline: float | None = None  # set at the app's first read of the body
+        started: float | None = None  # the app's first read of the body
         whole = False
 
         async def capped_receive() -> Message:
-            nonlocal received, deadline, whole
+            nonlocal received, started, whole
             if whole:
                 return await receive()  # after the body: http.disconnect, awaited by streams for hours
-            if deadline is None:
-                deadline = anyio.current_time() + self.body_timeout_s
+            if started is None:
+                started = anyio.current_time()
+            allowed_s = self.body_timeout_s + (received / MIN_UPLOAD_BYTES_PER_S if upload else 0.0)
             message: Message | None = None
-            with anyio.move_on_after(deadline - anyio.current_time()):
+            with anyio.move_on_after(started + allowed_s - anyio.current_time()):
                 message = await receive()
             if message is None:
                 raise HTTPException(
                     408,
-                    f"the request body did not arrive within {self.body_timeout_s:g} s",
+                    f"the request body did not arrive within {allowed_s:g} s",
                     headers={"Connection": "close"},
                 )
             if message["type"] != "http.request" or not message.get("more_body", False):
                 whole = True
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     # An HTTPException: FastAPI's body reader lets it through (any other error would
                     # become a 400), and the app's handler renders it in the API's error body.
-                    raise HTTPException(
-                        413, too_large_message(self.max_body_bytes), headers={"Connection": "close"}
-                    )
+                    raise HTTPException(413, too_large_message(limit), headers={"Connection": "close"})
             return message
 
         return capped_receive

@@ -16,6 +16,7 @@ from service.prometheus import registry_for
 from service.routes import (
     artifacts,
     dashboard,
+    files,
     health,
     jobs,
     leaderboard,
@@ -27,6 +28,10 @@ from service.routes import (
 )
 from shared.config import Settings, get_settings
 from shared.db import Database
+from shared.storage import open_store
+
+# A request waits this long for an unreachable store before it gets 503 (a worker waits longer).
+API_STORE_RETRY_S = 10.0
 
 
 def create_app(
@@ -47,6 +52,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
+    app.state.store = open_store(settings, retry_s=min(settings.storage_retry_s, API_STORE_RETRY_S))
     app.state.outage = outage.watch(app.state.db.engine)
     app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
@@ -57,12 +63,14 @@ def create_app(
         hosts=HostRules.for_server(settings, host),
         max_body_bytes=settings.max_request_bytes,
         body_timeout_s=settings.body_timeout_s,
+        max_upload_bytes=settings.max_upload_bytes,
     )
 
     v1 = APIRouter(prefix=PROTECTED_PREFIX)
     v1.include_router(jobs.router)
     v1.include_router(stream.router)
     v1.include_router(artifacts.router)
+    v1.include_router(files.router)
     v1.include_router(sweeps.router)
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
+from service.file_schemas import DataFile, data_files
 from shared.models import JobStatus
 from shared.spec import MAX_SEED, JobSpec
 from shared.tasks import EVAL_SPLIT, TASKS
@@ -125,6 +126,11 @@ class JobPublic(BaseModel):
         description="What the API accepted but you should know, from when the job was created: a model "
         "it could not check, a label that looks like a typo of another …",
     )
+
+    @computed_field(description="The data files the spec names: name, and for uploaded files size and sha256")  # type: ignore[prop-decorator]
+    @property
+    def data_files(self) -> list[DataFile]:
+        return data_files(self.spec)
 
     @computed_field(description="The task's main metric: its newest evaluation and its best")  # type: ignore[prop-decorator]
     @property

@@ -16,6 +16,7 @@ from typing import Any
 from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.migrate import upgrade
+from shared.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs serve") -> int:
 
     db = Database(settings.database_url)
     upgrade(db)
+    open_store(settings).check()  # the store's bucket or folder, made when missing
     serve(settings, db, host=args.host, port=args.port)
     return 0
 

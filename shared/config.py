@@ -49,7 +49,46 @@ class Settings(BaseSettings):
         default=None, description="A local GLUE copy in the original release layout (SST-2/train.tsv …)"
     )
     models_dir: Path = Field(default=DEFAULT_VAR_DIR / "models", description="Local model folders")
-    cache_dir: Path = Field(default=DEFAULT_VAR_DIR / "cache", description="Tokenised-dataset cache")
+    cache_dir: Path = Field(
+        default=DEFAULT_VAR_DIR / "cache",
+        description="This machine's caches: tokenised datasets, uploaded files fetched from the store",
+    )
+    storage_url: str | None = Field(
+        default=None,
+        description="Where uploaded files, checkpoints, models, predictions and logs live: unset, the local "
+        "folder GLUEJOBS_ARTIFACTS_DIR (one machine, or a shared disk); s3://bucket/prefix, any "
+        "S3-compatible store, with the endpoint and credentials of the standard AWS environment and "
+        "config (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID …)",
+    )
+    storage_retry_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long an operation on an unreachable store is retried (with backoff) before the "
+        "attempt fails as storage_unreachable, which is retried as a new attempt",
+    )
+    storage_presign_s: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="With an S3 store: downloads of one file answer 307 with a presigned URL valid this "
+        "long (the client fetches from the store itself); 0 streams every download through the API",
+    )
+    max_upload_bytes: int = Field(
+        default=2 * 1024**3, gt=0, description="POST /v1/files: larger uploads get 413, nothing kept"
+    )
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if scheme != "s3" or not sep or not rest.split("/")[0]:
+            raise ValueError(
+                "GLUEJOBS_STORAGE_URL takes s3://bucket/prefix (leave it unset for the local folder "
+                "GLUEJOBS_ARTIFACTS_DIR)"
+            )
+        return f"s3://{rest.strip('/')}"
 
     lease_s: float = Field(default=60.0, gt=0, description="A running job's lease; renewed by heartbeats")
     heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")

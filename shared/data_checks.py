@@ -213,6 +213,7 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             str(settings.glue_dir),
             str(settings.data_dir),
             scope.owned_folder,  # what the refusal may quote
+            sorted(scope.own_uploads),
         )
     )
 

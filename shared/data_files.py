@@ -30,6 +30,7 @@ from shared.errors import InvalidSpec, JobFailed
 from shared.spec import JobSpec
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS, GlueTask
+from shared.uploaded_files import cache_path, is_file_id
 
 LABEL = "label"
 HUB_GLUE = "nyu-mll/glue"
@@ -63,6 +64,13 @@ class Table:
     # Whether error messages may quote its contents (labels, cells, column names): not when the
     # caller does not own the file (an admin checking another owner's file).
     quotable: bool = True
+    # The rows before this piece of the source (a file checked piece by piece as it is uploaded), so
+    # that messages number rows as the file does.
+    first_row: int = 0
+
+    def row_number(self, index: int) -> int:
+        """The row number (from 1, as people count) of the frame's `index`-th row in the source."""
+        return self.first_row + index + 1
 
     def shown(self, value: Any) -> str:
         """A value from the file as the user wrote it (7 or 'maybe', not np.int64(7)), or withheld."""
@@ -108,11 +116,16 @@ HubReader = Callable[[GlueTask, list[str]], dict[str, Table]]
 
 def spec_file_paths(spec: JobSpec, settings: Settings) -> dict[str, Path]:
     """The spec's own files, resolved under GLUEJOBS_DATA_DIR (a file in an owner's folder inside
-    that folder): {field: path}."""
+    that folder), or this machine's copy of an uploaded file (shared/file_copies.py): {field: path}."""
     paths: dict[str, Path] = {}
     for name in SPEC_FILE_FIELDS:
         value = getattr(spec, name)
-        if value is not None:
+        if value is not None and is_file_id(value):
+            record = (spec.uploaded_files or {}).get(name)  # type: ignore[call-overload]
+            if record is None or record.id != value:
+                raise DataError(f"{value}: the spec has no record of this uploaded file", field=name)
+            paths[name] = cache_path(settings.cache_dir, record.sha256, record.suffix)
+        elif value is not None:
             try:
                 paths[name] = stored_data_path(settings, value, field=name)
             except InvalidSpec as exc:  # a worker must not trust the database with paths either
@@ -238,7 +251,14 @@ def _read_spec_files(
     for name, path in spec_file_paths(spec, settings).items():
         if name in skip:
             continue
-        where = f"{name} {path.relative_to(data_root).as_posix()!r}"
+        value = getattr(spec, name)
+        if is_file_id(value):
+            record = (spec.uploaded_files or {})[name]  # type: ignore[index]
+            where = f"{name} {value} ({record.filename!r})"
+            if not path.is_file():  # the caller fetches uploaded files first
+                raise DataError(f"{where}: this machine has no copy of it", field=name)
+        else:
+            where = f"{name} {path.relative_to(data_root).as_posix()!r}"
         if not path.is_file():
             raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR", field=name)
         may_quote = quotable(path)
@@ -385,8 +405,8 @@ def _own_label_ids(
         row = int(np.flatnonzero(unseen.to_numpy())[0])
         known = f" (its labels: {', '.join(map(repr, mapping))})" if table.quotable else ""
         raise DataError(
-            f"{table.where}: label {table.shown(labels.iloc[row])} on row {row + 1} does not occur in the "
-            f"train_file{known}",
+            f"{table.where}: label {table.shown(labels.iloc[row])} on row {table.row_number(row)} does not "
+            f"occur in the train_file{known}",
             field=table.field,
         )
     return ids.to_numpy(dtype=np.int64)
@@ -396,7 +416,7 @@ def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
     empty = labels.isna() | labels.astype(str).str.strip().eq("")
     if empty.any():
         row = int(np.flatnonzero(empty.to_numpy())[0])
-        raise DataError(f"{table.where}: empty label on row {row + 1}", field=table.field)
+        raise DataError(f"{table.where}: empty label on row {table.row_number(row)}", field=table.field)
 
 
 # --- a GLUE task ---------------------------------------------------------------------------------
@@ -464,7 +484,8 @@ def _class_ids(table: Table, labels: pd.Series, names: tuple[str, ...]) -> np.nd
 
 def _bad_label_message(table: Table, shown: str, row: int, names: tuple[str, ...]) -> str:
     expected = f"0..{len(names) - 1} or one of {', '.join(names)}"
-    message = f"{table.where}: label {shown} on row {row + 1} does not fit the task (expected {expected})"
+    where = f"{table.where}: label {shown} on row {table.row_number(row)}"
+    message = f"{where} does not fit the task (expected {expected})"
     if shown.strip("'") == "-1":
         message += "; -1 marks GLUE test rows, which have no published labels"
     return message
@@ -476,8 +497,8 @@ def _scores(table: Table, labels: pd.Series) -> np.ndarray:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{table.where}: label {table.shown(labels.iloc[row])} on row {row + 1} is not a number "
-            "(a regression task needs numeric scores)",
+            f"{table.where}: label {table.shown(labels.iloc[row])} on row {table.row_number(row)} is not a "
+            "number (a regression task needs numeric scores)",
             field=table.field,
         )
     return scores.astype(np.float32)
@@ -500,7 +521,7 @@ def _texts(table: Table, key: str) -> pd.Series:
     missing = texts.isna()
     if missing.any():
         row = int(np.flatnonzero(missing.to_numpy())[0])
-        raise DataError(f"{table.where}: no {key!r} text on row {row + 1}", field=table.field)
+        raise DataError(f"{table.where}: no {key!r} text on row {table.row_number(row)}", field=table.field)
     return texts.astype(str).reset_index(drop=True)
 
 
@@ -672,7 +693,7 @@ def predict_split(name: str, table: Table, task: GlueTask, id_column: str) -> Pr
     ids = _column(table, id_column).astype(str).str.strip()
     if ids.eq("").any():
         row = int(np.flatnonzero(ids.eq("").to_numpy())[0])
-        raise DataError(f"{table.where}: no {id_column!r} on row {row + 1}", field=table.field)
+        raise DataError(f"{table.where}: no {id_column!r} on row {table.row_number(row)}", field=table.field)
     texts = pd.DataFrame({key: _texts(table, key) for key in task.text_keys if key is not None})
     return PredictSplit(name, ids.tolist(), texts, table.where)
 

@@ -7,6 +7,10 @@ any path under GLUEJOBS_DATA_DIR. Every route that takes a path resolves it thro
 `DataScope.resolve` (via shared.job_checks.check_job_spec), and `owner_folder` alone says which folder
 is whose.
 
+Uploaded files (`"train_file": "file-7"`) are named by id instead: `DataScope.uploaded` looks the id
+up among the caller's files (an admin's: anyone's) through the resolver the API gives the scope,
+so another owner's file is not found, on every route that takes a spec.
+
 A spec stores its paths relative to GLUEJOBS_DATA_DIR (`owners/<folder>/train.csv`), which is all a
 worker knows; a path given in that stored form resolves to the same file again, so a stored spec
 (a rerun, a resubmitted job) passes the same check. A worker re-checks a stored path with
@@ -17,11 +21,13 @@ there after submission cannot lead to another owner's files.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.config import Settings
-from shared.errors import InvalidSpec
+from shared.errors import InvalidSpec, quote
+from shared.uploaded_files import UploadedFile
 
 OWNERS_DIR = "owners"
 
@@ -36,6 +42,11 @@ def owner_folder(owner: str) -> str:
     return owner
 
 
+# Finds an uploaded file by id among the caller's (NotFound otherwise) and makes sure this machine
+# has a checked copy of it: (its record, whether it is the caller's own).
+UploadResolver = Callable[[str, str], tuple[UploadedFile, bool]]
+
+
 @dataclass(frozen=True)
 class DataScope:
     """Where one caller's data paths resolve, and which files are the caller's own."""
@@ -43,6 +54,9 @@ class DataScope:
     data_dir: Path  # GLUEJOBS_DATA_DIR, resolved
     folder: str  # the caller's folder relative to it ("" for all of it)
     owned_folder: str | None  # the caller's own files (their contents may be quoted back); None: all
+    resolve_upload: UploadResolver | None = None  # None: no uploaded files here (the worker's re-check)
+    # The sha256 of the uploaded files resolved for the caller that are the caller's own.
+    own_uploads: set[str] = field(default_factory=set, compare=False)
 
     @property
     def root(self) -> Path:
@@ -83,19 +97,41 @@ class DataScope:
         """How a spec stores a resolved path: relative to GLUEJOBS_DATA_DIR, so a worker finds it."""
         return path.relative_to(self.data_dir).as_posix()
 
+    def uploaded(self, file_id: str, *, field: str, pinned: UploadedFile | None = None) -> UploadedFile:
+        """The record of the caller's uploaded file `file_id` (NotFound for anyone else's); InvalidSpec
+        when `pinned` (a record the spec carried) names other bytes."""
+        if self.resolve_upload is None:
+            raise InvalidSpec(f"{quote(file_id)}: uploaded files are not served here", field=field)
+        record, own = self.resolve_upload(file_id, field)
+        if pinned is not None and pinned.sha256 != record.sha256:
+            raise InvalidSpec(
+                f"{file_id} holds bytes with sha256 {record.sha256}, not the {pinned.sha256} the spec pins",
+                field=f"uploaded_files.{field}.sha256",
+            )
+        if own:
+            self.own_uploads.add(record.sha256)
+        return record
+
     def owns(self, path: Path) -> bool:
         if self.owned_folder is None:
+            return True
+        if path.stem in self.own_uploads:  # a local copy of an uploaded file, named by its sha256
             return True
         return path.is_relative_to(Path(os.path.realpath(self.data_dir / self.owned_folder)))
 
 
-def data_scope(settings: Settings, *, owner: str | None, is_admin: bool) -> DataScope:
-    """The scope of a caller: `owner` None means no keys are set (one user, who owns everything)."""
+def data_scope(
+    settings: Settings, *, owner: str | None, is_admin: bool, uploads: UploadResolver | None = None
+) -> DataScope:
+    """The scope of a caller: `owner` None means no keys are set (one user, who owns everything).
+    `uploads` resolves the caller's uploaded files by id."""
     data_dir = Path(os.path.realpath(settings.data_dir))
     if owner is None:
-        return DataScope(data_dir=data_dir, folder="", owned_folder=None)
+        return DataScope(data_dir=data_dir, folder="", owned_folder=None, resolve_upload=uploads)
     own = f"{OWNERS_DIR}/{owner_folder(owner)}"
-    return DataScope(data_dir=data_dir, folder="" if is_admin else own, owned_folder=own)
+    return DataScope(
+        data_dir=data_dir, folder="" if is_admin else own, owned_folder=own, resolve_upload=uploads
+    )
 
 
 def stored_data_path(settings: Settings, value: str, *, field: str) -> Path:

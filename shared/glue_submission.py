@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +64,9 @@ class JobFiles:
     job_id: int
     task_name: str | None
     status: str
-    output_dir: str | None
+    # A file of the job's folder by name: its bytes, or None when it has none (the folder may be in
+    # the local store or an object store: the caller reads it).
+    read: Callable[[str], bytes | None]
 
 
 def bundle_submission(jobs: Sequence[JobFiles], *, allow_partial: bool = False) -> bytes:
@@ -87,7 +89,7 @@ def bundle_submission(jobs: Sequence[JobFiles], *, allow_partial: bool = False) 
         listed = "; ".join(f"{_glue_name(t)} by jobs {', '.join(map(str, ids))}" for t, ids in twice.items())
         raise InvalidRequest(f"a task is answered more than once: {listed}", field="jobs")
 
-    files: dict[str, Path] = {}
+    files: dict[str, bytes] = {}
     for job in jobs:
         assert job.task_name is not None
         files.update(_job_files(job))
@@ -102,25 +104,24 @@ def bundle_submission(jobs: Sequence[JobFiles], *, allow_partial: bool = False) 
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name in ALL_SUBMISSION_FILES:
             if name in files:
-                archive.write(files[name], arcname=name)
+                archive.writestr(name, files[name])
     return buffer.getvalue()
 
 
-def _job_files(job: JobFiles) -> dict[str, Path]:
+def _job_files(job: JobFiles) -> dict[str, bytes]:
     assert job.task_name is not None
     if job.status != "succeeded":
         raise InvalidRequest(f"job {job.job_id} has not succeeded (it is {job.status})", field="jobs")
-    folder = Path(job.output_dir) if job.output_dir else None
-    found: dict[str, Path] = {}
+    found: dict[str, bytes] = {}
     for name in task_submission_files(job.task_name):
-        path = folder / name if folder else None
-        if path is None or not path.is_file():
+        content = job.read(name)
+        if content is None:
             raise InvalidRequest(
                 f"job {job.job_id} ({job.task_name}) has no {name}: was it run with do_predict?", field="jobs"
             )
-        found[name] = path
-    if job.task_name == MNLI and folder is not None and (folder / DIAGNOSTIC_SUBMISSION_FILE).is_file():
-        found[DIAGNOSTIC_SUBMISSION_FILE] = folder / DIAGNOSTIC_SUBMISSION_FILE
+        found[name] = content
+    if job.task_name == MNLI and (diagnostic := job.read(DIAGNOSTIC_SUBMISSION_FILE)) is not None:
+        found[DIAGNOSTIC_SUBMISSION_FILE] = diagnostic
     return found
 
 

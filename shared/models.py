@@ -54,6 +54,7 @@ class ErrorCode(StrEnum):
     device_error = "device_error"  # CUDA / NCCL failures
     database_unreachable = "database_unreachable"
     worker_lost = "worker_lost"  # its worker stopped heartbeating
+    storage_unreachable = "storage_unreachable"  # the file store stayed away (GLUEJOBS_STORAGE_RETRY_S)
 
     @property
     def retryable(self) -> bool:
@@ -317,3 +318,37 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column(String(64))  # "key.create", "key.revoke", "quota.set" …
     target: Mapped[str] = mapped_column(String(255))  # what it acted on: "key 12", "owner alice" …
     data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # never a secret
+
+
+class File(Base):
+    """An uploaded data file (POST /v1/files). Its bytes are the store's `files/<sha256>`, one object
+    for every row with that digest: the same bytes uploaded twice are stored once."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_owner_id", "owner", "id"), Index("ix_files_sha256", "sha256"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    owner: Mapped[str | None] = mapped_column(String(64))  # as a job's owner
+    filename: Mapped[str] = mapped_column(String(255))
+    format: Mapped[str] = mapped_column(String(16))  # csv, tsv, json, jsonl, parquet
+    purpose: Mapped[str] = mapped_column(String(16))  # train, validation or test
+    task_name: Mapped[str | None] = mapped_column(String(16))  # the task its labels were checked against
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    rows: Mapped[int] = mapped_column(BigInteger)
+    columns: Mapped[list[str]] = mapped_column(Json, default=list)
+    # What the checks found: text columns, and label counts or the score range.
+    checks: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class JobFile(Base):
+    """A job's use of an uploaded file (spec field → file): a file a queued or running job uses
+    cannot be deleted."""
+
+    __tablename__ = "job_files"
+    __table_args__ = (Index("ix_job_files_file_id", "file_id"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    field: Mapped[str] = mapped_column(String(32), primary_key=True)
+    file_id: Mapped[int] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))

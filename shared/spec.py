@@ -37,6 +37,7 @@ from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS
+from shared.uploaded_files import UploadedFile, is_file_id
 
 DATA_FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 MAX_SEED = 2**32 - 1
@@ -178,11 +179,17 @@ class JobSpec(BaseModel):
     train_file: DataPath | None = Field(
         default=None,
         description="csv/tsv/json/jsonl/parquet under GLUEJOBS_DATA_DIR "
-        f"(at most {MAX_PATH_CHARS} characters)",
+        f"(at most {MAX_PATH_CHARS} characters), or an uploaded file's id (file-7, POST /v1/files); "
+        "validation_file and test_file alike",
     )
     validation_file: DataPath | None = None
     test_file: DataPath | None = Field(
         default=None, description="Predictions are written for it after training"
+    )
+    uploaded_files: dict[Literal["train_file", "validation_file", "test_file"], UploadedFile] | None = Field(
+        default=None,
+        description="Filled in by the API: the uploaded file each of those fields names by id (name, size, "
+        "sha256). A sha256 given here pins the bytes: a file with other bytes is refused",
     )
     max_length: int = Field(
         default=128,
@@ -450,6 +457,8 @@ class JobSpec(BaseModel):
             return None
         if not value.strip():
             raise ValueError("must not be empty")
+        if is_file_id(value):
+            return value
         if any(len(part.encode("utf-8", "replace")) > NAME_MAX_BYTES for part in value.split("/")):
             raise ValueError(
                 f"a component of the path is longer than {NAME_MAX_BYTES} bytes (a file name's limit)"
@@ -603,7 +612,8 @@ def check_data_suffix(value: str) -> None:
     """A data file's name must say its format (how a worker reads it)."""
     if not value.lower().endswith(DATA_FILE_SUFFIXES):
         raise ValueError(
-            f"{value!r} is not a data file: its name must end with one of {', '.join(DATA_FILE_SUFFIXES)}"
+            f"{value!r} is not a data file: its name must end with one of {', '.join(DATA_FILE_SUFFIXES)}, "
+            "or name an uploaded file by its id (file-7)"
         )
 
 
@@ -693,15 +703,21 @@ def locate_model(name: str, models_dir: Path) -> Path | str:
 def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSpec:
     """Refuse data files outside the caller's data folder (`scope`, shared/data_scope.py) and model
     folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots."""
-    updates: dict[str, str] = {}
+    updates: dict[str, Any] = {}
+    uploaded: dict[str, UploadedFile] = {}
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(spec, field)
-        if value is not None:
+        if value is not None and is_file_id(value):
+            uploaded[field] = scope.uploaded(
+                value, field=field, pinned=(spec.uploaded_files or {}).get(field)
+            )
+        elif value is not None:
             updates[field] = scope.stored(scope.resolve(value, field=field))
             try:
                 check_data_suffix(value)  # a path the field's validator could not place: see there
             except ValueError as exc:
                 raise InvalidSpec(str(exc), field=field) from None
+    updates["uploaded_files"] = uploaded or None
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))
@@ -710,4 +726,4 @@ def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSp
             updates["model_name_or_path"] = check_model_name(relative)
         except ValueError as exc:
             raise InvalidSpec(f"the model folder's real path: {exc}", field="model_name_or_path") from None
-    return spec.model_copy(update=updates) if updates else spec
+    return spec.model_copy(update=updates)

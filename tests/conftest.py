@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 from bench.harness import save_tiny_bert
+from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -119,6 +120,29 @@ def db(db_url: str) -> Iterator[Database]:
     database = Database(db_url)
     yield database
     database.dispose()
+
+
+# ---------------------------------------------------------------------------------------------------
+# An S3 endpoint (moto's server on 127.0.0.1), for the object-store tests
+# ---------------------------------------------------------------------------------------------------
+
+_bucket_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    endpoint = S3Endpoint(tmp_path_factory.mktemp("s3") / "moto.log")
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.fixture
+def s3_url(s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> str:
+    """GLUEJOBS_STORAGE_URL of a bucket of the test's own; this process (and what it starts) pointed
+    at the endpoint through the standard AWS variables. The bucket is made on first use."""
+    for name, value in s3_endpoint.environment().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://test-{os.getpid()}-{next(_bucket_counter)}/store"
 
 
 # ---------------------------------------------------------------------------------------------------

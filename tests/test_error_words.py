@@ -227,32 +227,17 @@ def test_an_absolute_path_is_quoted_whole_with_what_to_do(client: TestClient) ->
 
 
 def test_the_cli_and_the_api_word_the_same_refusal_the_same_way(
-    settings: Settings, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ["--model_name_or_path", "tiny-bert", "--task_name", "sst-3"]
     with live_api(settings) as http:
         url = ["--url", str(http.base_url).rstrip("/")]
         _, _, here = cli(capsys, "submit", "--dry-run", *flags, *url)  # refused before sending
         _, _, there = cli(capsys, "submit", *flags, *url)  # refused by the API
-        mine = tmp_path / "mine.csv"
-        mine.write_text("sentence,label\na,1\n")
-        code, _, local = cli(
-            capsys,
-            "submit",
-            "--model_name_or_path",
-            "tiny-bert",
-            "--train_file",
-            str(mine),
-            "--validation_file",
-            "dev.csv",
-            *url,
-        )
 
     assert here == there
     assert here.startswith("gluejobs submit: spec.task_name: unknown task 'sst-3'; did you mean 'sst2'?")
-    assert code == 2 and local.startswith(f"gluejobs submit: spec.train_file: {str(mine)!r} is absolute")
-    assert f"{str(mine)!r} is a file on this machine" in local and "(--train_file mine.csv)" in local
-    assert len(local.strip().splitlines()) == 1
+    assert len(here.strip().splitlines()) == 1
 
 
 # --- the model, checked at submission -------------------------------------------------------------------

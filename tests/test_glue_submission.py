@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shutil
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -353,21 +354,26 @@ def client(settings: Settings, db: Database) -> TestClient:
     return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
 
 
-def finished_job(db: Database, task: str, output_dir: Path, *, do_predict: bool = True) -> int:
-    """A job as a worker leaves it: claimed, its folder set, succeeded."""
+def finished_job(
+    db: Database, settings: Settings, task: str, output_dir: Path, *, do_predict: bool = True
+) -> int:
+    """A job as a worker leaves it: claimed, its folder in the store (the local one), succeeded."""
     with db.session() as session:
         job = jobs_repo.create_job(
             session,
             spec={"model_name_or_path": "tiny-bert", "task_name": task, "do_predict": do_predict, "seed": 3},
         )
         claim = claimed(session, job.id)
-        jobs_repo.set_output_dir(session, claim=claim, output_dir=str(output_dir))
+        shutil.copytree(output_dir, settings.job_dir(job.id))
+        jobs_repo.set_output_dir(session, claim=claim, output_dir=str(settings.job_dir(job.id)))
         jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
     return job.id
 
 
-def test_a_complete_bundle_is_glues_zip(client: TestClient, db: Database, predicted: Predicted) -> None:
-    ids = [finished_job(db, task, predicted.outputs[task]) for task in FILES]
+def test_a_complete_bundle_is_glues_zip(
+    client: TestClient, db: Database, settings: Settings, predicted: Predicted
+) -> None:
+    ids = [finished_job(db, settings, task, predicted.outputs[task]) for task in FILES]
 
     response = client.get("/v1/submissions", params={"jobs": ",".join(map(str, ids))})
 
@@ -381,11 +387,11 @@ def test_a_complete_bundle_is_glues_zip(client: TestClient, db: Database, predic
 
 
 def test_a_bundle_with_a_task_twice_is_refused(
-    client: TestClient, db: Database, predicted: Predicted
+    client: TestClient, db: Database, settings: Settings, predicted: Predicted
 ) -> None:
-    first = finished_job(db, "cola", predicted.outputs["cola"])
-    again = finished_job(db, "cola", predicted.outputs["cola"])
-    others = [finished_job(db, task, predicted.outputs[task]) for task in FILES if task != "cola"]
+    first = finished_job(db, settings, "cola", predicted.outputs["cola"])
+    again = finished_job(db, settings, "cola", predicted.outputs["cola"])
+    others = [finished_job(db, settings, task, predicted.outputs[task]) for task in FILES if task != "cola"]
 
     response = client.get("/v1/submissions", params={"jobs": ",".join(map(str, [first, *others, again]))})
 
@@ -396,9 +402,9 @@ def test_a_bundle_with_a_task_twice_is_refused(
 
 
 def test_a_bundle_with_tasks_missing_names_them_unless_partial(
-    client: TestClient, db: Database, predicted: Predicted
+    client: TestClient, db: Database, settings: Settings, predicted: Predicted
 ) -> None:
-    ids = [finished_job(db, task, predicted.outputs[task]) for task in KIT_TASKS]
+    ids = [finished_job(db, settings, task, predicted.outputs[task]) for task in KIT_TASKS]
 
     refused = client.get("/v1/submissions", params={"jobs": ",".join(map(str, ids))})
     partial = client.get(
@@ -424,11 +430,11 @@ def test_a_bundle_with_tasks_missing_names_them_unless_partial(
 
 
 def test_jobs_without_prediction_files_are_refused(
-    client: TestClient, db: Database, predicted: Predicted, tmp_path: Path
+    client: TestClient, db: Database, settings: Settings, predicted: Predicted, tmp_path: Path
 ) -> None:
     empty = tmp_path / "no-predictions"
     empty.mkdir()
-    without = finished_job(db, "rte", empty, do_predict=False)
+    without = finished_job(db, settings, "rte", empty, do_predict=False)
     with db.session() as session:
         queued = jobs_repo.create_job(
             session, spec={"model_name_or_path": "tiny-bert", "task_name": "sst2"}

@@ -1,5 +1,6 @@
-"""What `pip install gluejobs` and the images contain: the client without the server's stack, the
-API without torch, the dashboard's files in the wheel, an API image and a worker image."""
+"""What `pip install gluejobs` and the images contain: the client and the CLI alone (the server's
+stack and the worker's as extras), the API without torch, the dashboard's files in the wheel, an API
+image and a worker image, and a compose file whose API and workers share no disk."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_the_dockerfile_builds_an_api_image_without_torch_and_a_worker_image_wit
     assert {"api", "worker"} <= built.keys()
     api_runs = " ".join(i for i in built["api"] if i.startswith("RUN"))
     worker_runs = " ".join(i for i in built["worker"] if i.startswith("RUN"))
-    assert "torch" not in api_runs.lower() and "pip install -e ." in api_runs
+    assert "torch" not in api_runs.lower() and 'pip install -e ".[server]"' in api_runs
     assert "[worker]" not in api_runs and "[worker]" in worker_runs and "TORCH_SPEC" in worker_runs
     assert built["api"][-1] == 'CMD ["gluejobs", "serve", "--host", "0.0.0.0", "--port", "8000"]'
     assert built["worker"][-1] == 'CMD ["gluejobs", "worker"]'
@@ -57,8 +58,15 @@ def test_compose_runs_the_api_image_and_the_worker_image() -> None:
     # The worker's health port backs its healthcheck (liveness; /readyz says "waiting" for Postgres).
     port = services["worker"]["command"][services["worker"]["command"].index("--health-port") + 1]
     assert f":{port}/healthz" in " ".join(services["worker"]["healthcheck"]["test"])
-    # The worker writes job folders that the API serves: both mount the same volume there.
-    assert set(services["api"]["volumes"]) == set(services["worker"]["volumes"]) == {"data:/data"}
+    # No disk shared: the API and the workers keep every file in the S3-compatible store beside them.
+    shared = set(services["api"].get("volumes", [])) & set(services["worker"].get("volumes", []))
+    assert shared == set()
+    environment = compose["x-gluejobs-env"]
+    assert environment["GLUEJOBS_STORAGE_URL"].startswith("s3://")
+    assert environment["AWS_ENDPOINT_URL"] == "http://minio:9000" and "minio" in services
+    assert (
+        {"postgres", "minio"} <= set(services["api"]["depends_on"]) <= set(services["worker"]["depends_on"])
+    )
 
 
 def test_the_client_loads_neither_the_server_stack_nor_torch() -> None:
@@ -111,8 +119,71 @@ def test_the_wheel_has_the_dashboard_and_no_torch_in_its_base_requirements(tmp_p
         "gluejobs/client.py",
     ):
         assert asset in names, asset
-    base = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
-    assert not any(r.startswith("torch") for r in base)
-    assert {"httpx", "prometheus-client", "rich", "fastapi"} <= {re.split(r"[<>=\[ ;]", r)[0] for r in base}
-    worker = [r for r in metadata.get_all("Requires-Dist") or [] if 'extra == "worker"' in r]
-    assert any(r.startswith("torch") for r in worker)
+    requirements = metadata.get_all("Requires-Dist") or []
+
+    def names(extra: str | None) -> set[str]:
+        wanted = [
+            r for r in requirements if ("extra ==" not in r if extra is None else f'extra == "{extra}"' in r)
+        ]
+        return {re.split(r"[<>=\[ ;]", r)[0] for r in wanted}
+
+    # `pip install gluejobs`: the client and the CLI, nothing of the server's or the worker's stack.
+    assert names(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml"}
+    assert {"fastapi", "sqlalchemy", "pandas", "pyarrow", "fsspec", "s3fs", "python-multipart"} <= names(
+        "server"
+    )
+    assert "torch" in names("worker") and "gluejobs" in names("worker")  # gluejobs[server] and torch
+
+
+def test_the_command_line_works_without_the_server_or_worker_stack(tmp_path: Path) -> None:
+    """A client-only install: the CLI's client commands import nothing of the server's stack (they
+    are hidden here, as on a laptop with `pip install gluejobs` alone)."""
+    data = tmp_path / "mine.csv"
+    data.write_text("sentence,label\nfine,1\n")
+    hidden = (
+        "fastapi",
+        "starlette",
+        "sqlalchemy",
+        "alembic",
+        "pandas",
+        "numpy",
+        "pyarrow",
+        "tokenizers",
+        "fsspec",
+        "s3fs",
+        "torch",
+        "transformers",
+    )
+    code = (
+        "import importlib.abc, sys\n"
+        "class Hidden(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name.split('.')[0] in {hidden!r}: raise ImportError('not installed: ' + name)\n"
+        "sys.meta_path.insert(0, Hidden())\n"
+        "from gluejobs.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    nobody = "http://127.0.0.1:9"  # the discard port: nothing answers
+    for command, status in (
+        (["submit", "--dry-run", "--model_name_or_path", "bert-base-cased", "--task_name", "sst2"], 0),
+        (
+            [
+                "submit",
+                "--model_name_or_path",
+                "m",
+                "--train_file",
+                str(data),
+                "--validation_file",
+                str(data),
+            ],
+            2,
+        ),
+        (["files", "upload", str(data)], 2),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *command, "--url", nobody], cwd=REPO, capture_output=True, text=True
+        )
+        assert result.returncode == status, result.stderr
+        assert (
+            "not installed" not in result.stderr and "cannot reach the API" in result.stdout + result.stderr
+        )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.job_files import new_log_pieces, read_log
+from service.job_files import LocalFolder, new_log_pieces, read_log
 from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import MetricRow
@@ -28,12 +28,12 @@ def test_a_progress_bars_log_is_tailed_by_its_redrawn_lines_and_says_where_it_en
     # Fifty thousand redraws of one bar and a newline now and then (as tqdm writes to a file).
     bar = b"".join(b"\rMap: %5d/50000" % n + (b"\n" if n % 20_000 == 0 else b"") for n in range(50_000))
     (logs / "attempt-2.log").write_bytes(b"start\n" + bar)
-    attempt, text, end = read_log(tmp_path, job_id=1, attempt=None, tail=3)
+    attempt, text, end = read_log(LocalFolder(tmp_path), job_id=1, attempt=None, tail=3)
     whole = b"start\n" + bar
     assert (attempt, text, end) == (2, b"".join(whole.splitlines(keepends=True)[-3:]), len(whole))
     assert text == b"Map: 49997/50000\rMap: 49998/50000\rMap: 49999/50000"
-    assert read_log(tmp_path, job_id=1, attempt=None, tail=None) == (2, whole, len(whole))
-    assert read_log(tmp_path / "none", job_id=1, attempt=None, tail=3) == (None, b"", 0)
+    assert read_log(LocalFolder(tmp_path), job_id=1, attempt=None, tail=None) == (2, whole, len(whole))
+    assert read_log(LocalFolder(tmp_path / "none"), job_id=1, attempt=None, tail=3) == (None, b"", 0)
 
 
 def test_the_stream_sends_a_progress_bar_as_it_is_redrawn(tmp_path: Path) -> None:
@@ -41,15 +41,16 @@ def test_the_stream_sends_a_progress_bar_as_it_is_redrawn(tmp_path: Path) -> Non
     logs.mkdir()
     log = logs / "attempt-1.log"
     log.write_bytes(b"loading\nMap:  10%\rMap:  20%\rMap:  3")
-    pieces = new_log_pieces(tmp_path, attempt=1, offset=0, flush=False)
+    pieces = new_log_pieces(LocalFolder(tmp_path), attempt=1, offset=0, flush=False)
     # Up to the last redraw; the half-written one waits for its end.
     assert [(p.attempt, p.text) for p in pieces] == [(1, "loading\nMap:  10%\rMap:  20%\r")]
-    assert new_log_pieces(tmp_path, attempt=1, offset=pieces[-1].offset, flush=False) == []
+    assert new_log_pieces(LocalFolder(tmp_path), attempt=1, offset=pieces[-1].offset, flush=False) == []
     with log.open("ab") as handle:
         handle.write(b"0%\n")
-    assert [p.text for p in new_log_pieces(tmp_path, attempt=1, offset=pieces[-1].offset, flush=False)] == [
-        "Map:  30%\n"
-    ]
+    assert [
+        p.text
+        for p in new_log_pieces(LocalFolder(tmp_path), attempt=1, offset=pieces[-1].offset, flush=False)
+    ] == ["Map:  30%\n"]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -13,6 +13,10 @@ out-of-memory kill or a cancel cannot take the worker down, and GPU memory goes 
 - It resumes from the newest checkpoint the database declared, never from a folder it did not
   (worker/checkpoints.py): folders nobody declared are removed first, and every step after the
   declared checkpoint is trained and logged again.
+- With an object store (GLUEJOBS_STORAGE_URL) it trains in this machine's folder and the store
+  holds what counts (worker/job_storage.py): uploaded files are fetched into the local cache and
+  checked by their sha256, each checkpoint is uploaded before it is declared, a resumed attempt
+  fetches its checkpoint from there, and the outputs are uploaded before the job succeeds.
 - On failure every process leaves its error and error code in a file the runner reads.
 """
 
@@ -35,11 +39,14 @@ from shared import jobs_repo
 from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.errors import GluejobsError, StaleClaim
+from shared.file_copies import local_copy
 from shared.jobs_repo import Claim
 from shared.models import Job
 from shared.resilience import Backoff, is_transient
 from shared.spec import JobSpec
+from shared.storage import Store
 from worker import checkpoints
+from worker.job_storage import JobStorage
 from worker.liveness import watch_worker
 from worker.outcome import PREEMPTED_EXIT, Failure, classify, write_failure
 from worker.reporting import QueuedReporter, exit_stale
@@ -104,8 +111,9 @@ def run_attempt(
     try:
         job = _until_reachable(lambda: _read_job(db, claim.job_id), settings)
         assert job.output_dir, "the runner sets output_dir before it starts the child"
-        output_dir = Path(job.output_dir)
-        checkpoints_dir = output_dir / "checkpoints"
+        storage = JobStorage.of(settings, claim.job_id)
+        output_dir = storage.local
+        checkpoints_dir = storage.checkpoints_dir
         spec = JobSpec.model_validate(job.spec)
 
         def stale(error: StaleClaim) -> None:
@@ -119,9 +127,10 @@ def run_attempt(
                 reporter.result({"noop": True})
             reporter.close()
             return 0
+        fetch_uploaded_files(spec, settings, storage.store)
         if rank == 0:
             reporter.environment(_environment(job, settings))
-        resume_from = _resume_point(db, claim, settings, checkpoints_dir, reporter, rank=rank)
+        resume_from = _resume_point(db, claim, settings, storage, reporter, rank=rank)
         # Imported here so that a broken torch install fails the job with its message, not the import.
         from worker.training import Preempted, run_training
 
@@ -133,6 +142,7 @@ def run_attempt(
                 reporter=reporter,
                 resume_from=resume_from,
                 stop_requested=stop_requested,
+                storage=storage,
             )
         except Preempted as stopped:
             reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": str(stopped.checkpoint)})
@@ -140,10 +150,11 @@ def run_attempt(
             logger.info("%s", stopped)
             return PREEMPTED_EXIT
         if rank == 0:
+            storage.upload_outputs()  # in the store before the job may succeed
             reporter.result(result)
         reporter.close()  # every row written before the process says it succeeded
         if rank == 0:
-            _tidy_checkpoints(db, claim, checkpoints_dir)
+            _tidy_checkpoints(db, claim, storage)
         return 0
     except BaseException as exc:  # the runner must learn why, whatever it was
         message = exc.message if isinstance(exc, GluejobsError) else f"{type(exc).__name__}: {exc}"
@@ -172,16 +183,17 @@ def _resume_point(
     db: Database,
     claim: Claim,
     settings: Settings,
-    checkpoints_dir: Path,
+    storage: JobStorage,
     reporter: QueuedReporter,
     *,
     rank: int,
 ) -> Path | None:
     """The newest checkpoint the database declared (worker/checkpoints.py: declared = durable =
-    resumable). The main process also removes the folders nobody declared and forgets declared
-    checkpoints whose folder is gone; the other ranks only read (they resume from the same one)."""
+    resumable), in this machine's folder (fetched from the store when it is elsewhere). The main
+    process also removes the folders nobody declared and forgets declared checkpoints whose folder
+    is gone; the other ranks only read (they resume from the same one)."""
     declared = _until_reachable(lambda: _declared_steps(db, claim.job_id), settings)
-    found = checkpoints.reconcile(checkpoints_dir, declared, remove=rank == 0)
+    found = storage.reconcile(declared, remove=rank == 0)
     if rank == 0 and found.removed:
         reporter.log(
             f"removed checkpoint folder(s) that no attempt declared: {', '.join(found.removed)}",
@@ -193,12 +205,12 @@ def _resume_point(
     return found.resume_from
 
 
-def _tidy_checkpoints(db: Database, claim: Claim, checkpoints_dir: Path) -> None:
+def _tidy_checkpoints(db: Database, claim: Claim, storage: JobStorage) -> None:
     """After a success: remove what an attempt that lost its lease may have left since this one
     started (a staging folder, or a checkpoint it published and could not declare). Best effort:
     the job has succeeded either way."""
     try:
-        checkpoints.reconcile(checkpoints_dir, _declared_steps(db, claim.job_id))
+        storage.reconcile(_declared_steps(db, claim.job_id))
     except Exception as exc:
         logger.warning("could not tidy the checkpoints folder: %s", str(exc).splitlines()[0][:200])
 
@@ -216,6 +228,14 @@ def _until_reachable(read: Callable[[], T], settings: Settings) -> T:
                 raise
             logger.warning("the database is unreachable; retrying: %s", str(exc).splitlines()[0][:200])
             time.sleep(backoff.next_delay())
+
+
+def fetch_uploaded_files(spec: JobSpec, settings: Settings, store: Store) -> None:
+    """This machine's checked copy of every uploaded file the spec names (shared/file_copies.py):
+    fetched from the store when missing, fetched again when its bytes do not hash to the sha256
+    the spec records."""
+    for record in (spec.uploaded_files or {}).values():
+        local_copy(store, settings.cache_dir, sha256=record.sha256, suffix=record.suffix)
 
 
 def _environment(job: Job, settings: Settings) -> dict[str, Any]:

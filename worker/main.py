@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from shared.config import get_settings
 from shared.db import Database
 from shared.migrate import upgrade
+from shared.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int
             health = HealthServer(args.health_port, worker.status, host=args.health_host).start()
         if not _migrate(db, worker):
             return 0  # stopped while waiting for the database
+        open_store(settings).check()  # the store's bucket or folder, made when missing
         worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
     finally:
         if health is not None:

@@ -10,6 +10,10 @@ child keeps training (its own writes wait in its flusher). Only once a whole lea
 without a heartbeat is the job taken to be lost: the lease has run out, another worker may hold it,
 so the child is stopped and nothing is recorded. Recording the outcome retries for the same time.
 
+With an object store (worker/job_storage.py) the attempt's log is copied there while the job runs
+(one try between heartbeats, never holding one up) and once more when it ends; then the job's
+folder on this machine goes, since everything in it that counts is in the store.
+
 Shutdown (SIGTERM to the worker): the child is asked (SIGTERM) to save a checkpoint at its next
 step boundary; it exits with PREEMPTED_EXIT and the job is handed back without spending an
 attempt. After cancel_grace_s it is killed and handed back all the same.
@@ -32,6 +36,7 @@ from shared.config import Settings
 from shared.models import ErrorCode, Job, JobStatus
 from shared.resilience import Backoff, is_transient
 from worker.health import DatabaseWatch
+from worker.job_storage import JobStorage
 from worker.launch import ChildProcess, terminate
 from worker.liveness import ORPHANED_EXIT
 from worker.outcome import PREEMPTED_EXIT, clear_errors, log_dir, read_failure
@@ -40,6 +45,8 @@ from worker.reporting import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# How often a running job's log is copied to an object store.
+LOG_COPY_INTERVAL_S = 10.0
 
 
 class Stop(StrEnum):
@@ -94,13 +101,17 @@ class JobSupervisor:
         self._last_beat = time.monotonic()  # the claim renewed the lease
         self._beat_failing = False
         self._logged_silence = 0.0
+        self.storage = JobStorage.of(settings, job.id)
+        self._log_copied_at = 0.0
+        self._log_copied_size = -1
 
     def start(self) -> None:
         self.thread.start()
 
     def run(self) -> JobOutcome:
         job = self.job
-        output_dir = self.settings.job_dir(job.id)
+        output_dir = self.storage.local
+        log_path: Path | None = None
         outcome = JobOutcome(
             job.id,
             JobStatus.failed,
@@ -113,7 +124,7 @@ class JobSupervisor:
                 "job %s: attempt %d on %s, log %s", job.id, job.attempts, ",".join(self.devices), log_path
             )
             child = self._launch_beating(log_path)
-            stopped = self._supervise(child)
+            stopped = self._supervise(child, log_path)
             returncode = child.wait(None)
             assert returncode is not None
             outcome = self._outcome(output_dir, log_path, returncode, stopped)
@@ -128,10 +139,43 @@ class JobSupervisor:
                 error_code=ErrorCode.internal,
             )
         finally:
+            # The whole log is in the store before the outcome is known, when the store answers at
+            # once; else it is waited for after the outcome is recorded (which must not wait).
+            copied = log_path is not None and self._copy_log(log_path, final=True)
             self._record(outcome)
+            if log_path is not None:
+                self._keep_files(log_path, copied=copied)
             self.outcome = outcome
             self._on_done(self)
         return outcome
+
+    def _keep_files(self, log_path: Path, *, copied: bool) -> None:
+        """The attempt's log into the store (unless it is there already), then the job's folder
+        here goes (an object store)."""
+        try:
+            if not copied:
+                self.storage.upload_log(log_path)
+        except Exception as exc:  # the outcome is recorded: a log lost to the store is not the job's
+            logger.warning("job %s: could not copy its log to the store: %s", self.job.id, exc)
+        self.storage.remove_local()
+
+    def _copy_log(self, log_path: Path, *, final: bool = False) -> bool:
+        """The job's log into the store, in one try (the heartbeat comes first): while it runs, every
+        LOG_COPY_INTERVAL_S when it has grown; `final`, once more at its end. Whether it is there."""
+        if not self.storage.mirrored:
+            return True
+        if not final and time.monotonic() - self._log_copied_at < LOG_COPY_INTERVAL_S:
+            return False
+        self._log_copied_at = time.monotonic()
+        try:
+            size = log_path.stat().st_size
+            if size != self._log_copied_size:
+                self.storage.upload_log(log_path, once=True)
+                self._log_copied_size = size
+            return True
+        except Exception as exc:  # the store is away: the next copy, or the last, brings it
+            logger.debug("job %s: its log was not copied this time: %s", self.job.id, exc)
+            return False
 
     def _prepare(self, output_dir: Path) -> Path:
         """The job's folder and its attempt's log; the job row learns both and its devices."""
@@ -141,7 +185,7 @@ class JobSupervisor:
         def store() -> None:
             with self.db.session() as session:
                 jobs_repo.set_output_dir(
-                    session, claim=self.claim, output_dir=str(output_dir), devices=self.devices
+                    session, claim=self.claim, output_dir=self.storage.location, devices=self.devices
                 )
 
         self._while_leased(store, "record where the job runs")
@@ -167,7 +211,7 @@ class JobSupervisor:
 
     # --- while the child runs -----------------------------------------------------------------------
 
-    def _supervise(self, child: ChildProcess) -> Stop | None:
+    def _supervise(self, child: ChildProcess, log_path: Path) -> Stop | None:
         """Heartbeat while the child runs; stop it on cancel, a lost lease, a timeout or shutdown."""
         started = time.monotonic()
         max_runtime_s = self.job.spec.get("max_runtime_s")
@@ -176,6 +220,7 @@ class JobSupervisor:
                 self._preempt(child)
                 return Stop.shutdown
             stop = self._heartbeat()
+            self._copy_log(log_path)
             if (
                 stop is None
                 and max_runtime_s is not None

@@ -50,6 +50,7 @@ from worker.data import (
 )
 from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
 from worker.glue_metric import compute_plan
+from worker.job_storage import JobStorage
 from worker.modeling import (
     apply_lora,
     head_in_fp32,
@@ -106,12 +107,15 @@ def run_training(
     reporter: Reporter,
     resume_from: Path | None = None,
     stop_requested: Callable[[], bool] = lambda: False,
+    storage: JobStorage | None = None,
 ) -> dict[str, Any]:
     """Fine-tune spec's model on spec's task; returns the run's summary (the job's `result`).
 
     `stop_requested` is asked after every optimizer step; once it says yes (in any process), the
-    run saves a checkpoint at that step and raises Preempted.
+    run saves a checkpoint at that step and raises Preempted. `storage` is where checkpoints go
+    before they are declared (worker/job_storage.py; default: `output_dir` alone).
     """
+    storage = storage or JobStorage.local_only(output_dir)
     if spec.fp16 and not torch.cuda.is_available():
         raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
     trackers = tracking.trackers_for(spec, output_dir)
@@ -133,7 +137,7 @@ def run_training(
         )
     try:
         with deterministic_kernels(spec.use_deterministic_algorithms):
-            return _train(spec, settings, accelerator, output_dir, reporter, resume_from, stop_requested)
+            return _train(spec, settings, accelerator, storage, reporter, resume_from, stop_requested)
     finally:
         if trackers:
             accelerator.end_training()
@@ -143,13 +147,13 @@ def _train(
     spec: JobSpec,
     settings: Settings,
     accelerator: Accelerator,
-    output_dir: Path,
+    storage: JobStorage,
     reporter: Reporter,
     resume_from: Path | None,
     stop_requested: Callable[[], bool],
 ) -> dict[str, Any]:
     """nlp_example's story: set up, then per epoch train → evaluate → save, then the outputs."""
-    run = _set_up(spec, settings, accelerator, output_dir, _MainProcessReporter(reporter, accelerator))
+    run = _set_up(spec, settings, accelerator, storage, _MainProcessReporter(reporter, accelerator))
     start_epoch, skip_batches = 0, 0
     if resume_from is not None:
         start_epoch, skip_batches = _resume(run, resume_from, spec.gradient_accumulation_steps)
@@ -175,7 +179,7 @@ def _set_up(
     spec: JobSpec,
     settings: Settings,
     accelerator: Accelerator,
-    output_dir: Path,
+    storage: JobStorage,
     report: _MainProcessReporter,
 ) -> _Run:
     """Everything the loop needs, prepared: the steps of nlp_example's `training_function` before
@@ -221,7 +225,8 @@ def _set_up(
     return _Run(
         spec=spec,
         settings=settings,
-        output_dir=output_dir,
+        output_dir=storage.local,
+        storage=storage,
         accelerator=accelerator,
         tokenizer=tokenizer,
         raw=raw,
@@ -318,6 +323,7 @@ class _Run:
     spec: JobSpec
     settings: Settings
     output_dir: Path
+    storage: JobStorage
     accelerator: Accelerator
     tokenizer: PreTrainedTokenizerBase
     raw: RawData
@@ -755,12 +761,14 @@ def _save_checkpoint(run: _Run, metrics: dict[str, float], *, keep: int | None) 
     if accelerator.is_main_process:
         progress.state().write(staging)
         checkpoints.publish(staging, final)
+        run.storage.upload_checkpoint(final)  # in the store before it is declared
     accelerator.wait_for_everyone()
     progress.last_save_step = step
     is_best = bool(metrics) and progress.best_step == step
-    run.report.checkpoint(step=step, epoch=progress.epoch, path=str(final), metrics=metrics, is_best=is_best)
+    path = run.storage.checkpoint_location(final)
+    run.report.checkpoint(step=step, epoch=progress.epoch, path=path, metrics=metrics, is_best=is_best)
     if accelerator.is_main_process:
-        deleted = checkpoints.rotate(run.checkpoints_dir, keep=keep, best_step=progress.best_step)
+        deleted = run.storage.rotate(keep=keep, best_step=progress.best_step)
         if deleted:
             run.report.checkpoints_deleted(deleted)
     accelerator.wait_for_everyone()
@@ -933,6 +941,9 @@ def _final_model(run: _Run) -> dict[str, float]:
     final_metrics = progress.eval_metrics.get(progress.completed_steps, {})
     if spec.load_best_model_at_end and progress.best_step is not None:
         best = checkpoints.checkpoint_path(run.checkpoints_dir, progress.best_step)
+        if run.accelerator.is_main_process:
+            run.storage.local_checkpoint(progress.best_step)  # a resumed attempt's may be in the store only
+        run.accelerator.wait_for_everyone()
         run.accelerator.load_state(str(best))
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
         run.report.log(

@@ -1,18 +1,24 @@
 """A job's folder over HTTP: its logs (a failed job's traceback without a shell on the worker) and
 its artifacts (final model, checkpoints, predictions). Owner only: JobDep answers 404 for others.
+
+They come from the store (shared/storage.py): the local folder the workers write, or the object
+store they upload to, so the API can run on a machine that never saw a worker's disk.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 
-from service.deps import JobDep, SettingsDep
-from service.job_files import confined, list_artifacts, read_log, tar_stream
+from service.deps import JobDep, SettingsDep, StoreDep
+from service.downloads import folder_of, stored_download
+from service.job_files import LocalFolder, read_log, tar_stream
 from service.schemas import ArtifactList, ArtifactPublic
 from shared.errors import NotFound, quote
+from shared.storage import job_key
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -28,6 +34,7 @@ LOG_OFFSET_HEADER = "X-Gluejobs-Log-Offset"
 def read_job_logs(
     job: JobDep,
     settings: SettingsDep,
+    store: StoreDep,
     attempt: Annotated[int | None, Query(ge=1, description="Which attempt (default: the newest)")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100_000, description="Only the last N lines")] = None,
 ) -> Response:
@@ -38,16 +45,17 @@ def read_job_logs(
     `X-Gluejobs-Log-Offset`. Follow a running job's log with `/stream?logs=true` (from there on: see
     the stream's Last-Event-ID).
     """
-    served, text, end = read_log(settings.job_dir(job.id), job_id=job.id, attempt=attempt, tail=tail)
+    folder = folder_of(settings, store, job.id)
+    served, text, end = read_log(folder, job_id=job.id, attempt=attempt, tail=tail)
     headers = {ATTEMPT_HEADER: str(served), LOG_OFFSET_HEADER: str(end)} if served is not None else {}
     return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactList)
-def read_job_artifacts(job: JobDep, settings: SettingsDep) -> ArtifactList:
+def read_job_artifacts(job: JobDep, settings: SettingsDep, store: StoreDep) -> ArtifactList:
     """The files in the job's folder: `model` (the final model or adapter, and tokenizer), `checkpoint`
     (under checkpoints/checkpoint-<step>/), `predictions` (.tsv), `log`, `other`."""
-    files = list_artifacts(settings.job_dir(job.id))
+    files = folder_of(settings, store, job.id).artifacts()
     return ArtifactList(data=[ArtifactPublic.model_validate(f, from_attributes=True) for f in files])
 
 
@@ -64,25 +72,32 @@ def read_job_artifacts(job: JobDep, settings: SettingsDep) -> ArtifactList:
 def read_job_artifact(
     job: JobDep,
     settings: SettingsDep,
+    store: StoreDep,
     path: Annotated[
         str, Path(description="A path from the listing, or a folder (e.g. checkpoints/checkpoint-8)")
     ],
 ) -> Response:
     """One file, streamed; a folder as an uncompressed tar stream. Paths that leave the job's folder
-    (`..`, absolute paths, links that point out) are refused with 422."""
-    root = settings.job_dir(job.id)
-    target = confined(root, path)
-    try:
-        is_dir, is_file = target.is_dir(), target.is_file()
-    except OSError:  # unreadable (permissions …): as good as absent, to the caller
-        is_dir = is_file = False
-    if is_dir:
+    (`..`, absolute paths, links that point out) are refused with 422. With an S3 store and
+    GLUEJOBS_STORAGE_PRESIGN_S set, a file answers 307 with a short-lived presigned URL of it."""
+    folder = folder_of(settings, store, job.id)
+    kind = folder.kind(path)
+    if kind == "dir":
         return StreamingResponse(
-            tar_stream(root, target),
+            tar_stream(folder.members(path)),
             media_type="application/x-tar",
-            headers={"Content-Disposition": f'attachment; filename="{target.name or job.id}.tar"'},
+            headers={
+                "Content-Disposition": f'attachment; filename="{PurePosixPath(path).name or job.id}.tar"'
+            },
         )
-    if not is_file:
+    if kind is None:
         raise NotFound(f"job {job.id} has no artifact {quote(path)}", field="path")
-    media_type = "application/json" if target.suffix == ".json" else None
-    return FileResponse(target, media_type=media_type, filename=None if media_type else target.name)
+    name = PurePosixPath(path).name
+    if isinstance(folder, LocalFolder):
+        target = folder.path(path)
+        media_type = "application/json" if target.suffix == ".json" else None
+        return FileResponse(target, media_type=media_type, filename=None if media_type else target.name)
+    if name.endswith(".json") and not settings.storage_presign_s:
+        with folder.open(path) as handle:  # JSON files as JSON, as from the local folder
+            return Response(handle.read(), media_type="application/json")
+    return stored_download(store, settings, job_key(job.id, PurePosixPath(path).as_posix()), name)

@@ -33,7 +33,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import JobDep, SettingsDep, get_database
+from service.deps import JobDep, SettingsDep, get_database, get_store
+from service.downloads import folder_of
 from service.job_files import new_log_pieces
 from service.schemas import CheckpointPublic, EventPublic, MetricPublic
 from shared import jobs_repo
@@ -112,7 +113,7 @@ async def stream_job(
     `<last metric id>.<last event id>.<X-Gluejobs-Attempt>.<X-Gluejobs-Log-Offset>` (0 for none).
     """
     database = get_database(request)
-    folder = settings.job_dir(job.id) if logs else None
+    folder = folder_of(settings, get_store(request), job.id) if logs else None
     ended_status = job.status if job.status.is_terminal else None
     last_sent = time.monotonic()
     backoff = Backoff(base_s=POLL_INTERVAL_S / 2, cap_s=OUTAGE_POLL_CAP_S)

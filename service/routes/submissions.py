@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from pydantic import WithJsonSchema
 
-from service.deps import MAX_ROW_ID, PrincipalDep, SessionDep
+from service.deps import MAX_ROW_ID, PrincipalDep, SessionDep, SettingsDep, StoreDep
+from service.downloads import folder_of
+from service.job_files import JobFolder
 from service.schemas import ErrorResponse
 from shared import jobs_repo
 from shared.errors import InvalidRequest, quote
@@ -51,6 +54,14 @@ def parse_job_ids(values: list[str]) -> list[int]:
     return list(ids)
 
 
+def _read(folder: JobFolder, name: str) -> bytes | None:
+    """A file at the top of a job's folder (a GLUE submission file), or None."""
+    if folder.kind(name) != "file":
+        return None
+    with folder.open(name) as handle:
+        return handle.read()
+
+
 @router.get(
     "",
     response_class=Response,
@@ -62,6 +73,8 @@ def parse_job_ids(values: list[str]) -> list[int]:
 def read_submission(
     session: SessionDep,
     principal: PrincipalDep,
+    settings: SettingsDep,
+    store: StoreDep,
     jobs: Annotated[
         # Documented with its pattern, checked by parse_job_ids (whose errors name the field `jobs`).
         list[Annotated[str, WithJsonSchema({"type": "string", "pattern": JOB_IDS_PATTERN})]],
@@ -79,7 +92,12 @@ def read_submission(
         for job_id in parse_job_ids(jobs)
     ]
     archive = bundle_submission(
-        [JobFiles(j.id, j.spec.get("task_name"), str(j.status), j.output_dir) for j in found],
+        [
+            JobFiles(
+                j.id, j.spec.get("task_name"), str(j.status), partial(_read, folder_of(settings, store, j.id))
+            )
+            for j in found
+        ],
         allow_partial=allow_partial,
     )
     return Response(

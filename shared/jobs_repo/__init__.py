@@ -6,13 +6,22 @@ or a job's process makes carries its claim (claims.py) and changes nothing once 
 every status change is written with its event (events.py).
 
 One module per caller, all behind this one (`from shared import jobs_repo; jobs_repo.create_job`):
-jobs (the API's job routes), sweeps (sweeps and the leaderboard), queue (the workers), reports (a
-job's process), streams (the API's cursors and live stream), workers (worker registration and
-GET /v1/workers).
+jobs (the API's job routes), files (uploaded files), sweeps (sweeps and the leaderboard), queue (the
+workers), reports (a job's process), streams (the API's cursors and live stream), workers (worker
+registration and GET /v1/workers).
 """
 
 from shared.jobs_repo.claims import Claim
 from shared.jobs_repo.events import CHECKPOINT, LOG, STATE
+from shared.jobs_repo.files import (
+    NewFile,
+    add_file,
+    delete_file,
+    get_file,
+    list_files,
+    public_id,
+    row_id,
+)
 from shared.jobs_repo.jobs import (
     IDEMPOTENCY_HEADER,
     IDEMPOTENCY_KEY_TTL_S,
@@ -83,11 +92,13 @@ __all__ = [
     "Claim",
     "ExpiredLease",
     "MetricRow",
+    "NewFile",
     "StreamPage",
     "SweepJob",
     "WorkerView",
     "add_checkpoint",
     "add_event",
+    "add_file",
     "add_metrics",
     "cancel_sweep",
     "claim_next",
@@ -95,9 +106,11 @@ __all__ = [
     "create_job_once",
     "create_sweep",
     "delete_checkpoints",
+    "delete_file",
     "fail_job",
     "find_job",
     "finish_job",
+    "get_file",
     "get_job",
     "get_sweep",
     "get_sweeps",
@@ -105,6 +118,7 @@ __all__ = [
     "list_checkpoints",
     "list_eval_metrics",
     "list_events",
+    "list_files",
     "list_finished_jobs",
     "list_jobs",
     "list_metrics",
@@ -112,6 +126,7 @@ __all__ = [
     "list_sweeps",
     "list_workers",
     "prune_workers",
+    "public_id",
     "queued_wider_than",
     "read_stream_page",
     "recover_expired_leases",
@@ -119,6 +134,7 @@ __all__ = [
     "release_job",
     "request_cancel",
     "retry_pending",
+    "row_id",
     "set_environment",
     "set_output_dir",
     "set_result",

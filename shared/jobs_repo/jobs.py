@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from shared.db import read, write
 from shared.errors import Conflict, NotFound
 from shared.jobs_repo.events import _transition
+from shared.jobs_repo.files import link_files
 from shared.jobs_repo.owned import _newest_first, _owned
 from shared.models import IdempotencyKey, Job, JobStatus, utcnow
 
@@ -59,6 +60,7 @@ def _add_job(
     )
     session.add(job)
     session.flush()
+    link_files(session, job=job, uploaded=spec.get("uploaded_files") or {})
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
     _transition(session, job, JobStatus.queued, message)
     return job

@@ -1,4 +1,4 @@
-"""What belongs to an owner, read the same way for jobs and sweeps: one ownership check, one page."""
+"""What belongs to an owner, read the same way for jobs, sweeps and files: one ownership check, one page."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import read
 from shared.errors import NotFound
-from shared.models import Job, Sweep
+from shared.models import File, Job, Sweep
 
-Owned = TypeVar("Owned", Job, Sweep)
+Owned = TypeVar("Owned", Job, Sweep, File)
 
 
 def _owned(

@@ -1,0 +1,73 @@
+"""Uploads as both clients make them, without I/O but reading the local file: hash it first, ask
+the API whether it holds those bytes already, and send them only when it does not.
+
+A file is identified by its sha256 and its format (the suffix of its name, which decides how it is
+read): the caller's file with the same bytes and format is reused as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gluejobs._core import DEFAULT_TIMEOUT_S, Call, query
+from gluejobs._types import ApiError, FileInfo
+
+SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
+# An upload of a few gigabytes takes a while: no read timeout on the answer, which comes once the
+# API has checked and stored the whole file.
+UPLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, write=None, read=None)
+# Where each spec field's file is checked for: a test file may have no labels.
+PURPOSE_OF_FIELD = {"train_file": "train", "validation_file": "validation", "test_file": "test"}
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: Path
+    sha256: str
+    format: str
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> LocalFile:
+        """The file at `path`, hashed; ApiError `invalid_file` when it is not a data file here."""
+        local = Path(path).expanduser()
+        if not local.is_file():
+            raise ApiError(0, "invalid_file", f"{str(path)!r} is not a file on this machine", field="file")
+        if local.suffix.lower() not in SUFFIXES:
+            raise ApiError(
+                0,
+                "invalid_file",
+                f"{local.name!r}: name it .csv, .tsv, .json, .jsonl or .parquet",
+                field="file",
+            )
+        with local.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        return cls(local, digest, local.suffix.lower().removeprefix("."))
+
+    def lookup(self) -> Call:
+        """The caller's files with these bytes."""
+        return Call("GET", "/v1/files", params={"sha256": self.sha256, "limit": 100})
+
+    def reusable(self, rows: Iterable[FileInfo]) -> FileInfo | None:
+        return next((row for row in rows if row.sha256 == self.sha256 and row.format == self.format), None)
+
+    def upload(self, *, purpose: str, task_name: str | None, dry_run: bool = False) -> Call:
+        # Idempotent: the API answers the same bytes sent again by the same caller with the same file.
+        return Call(
+            "POST",
+            "/v1/files",
+            params=query(dry_run="true" if dry_run else None),
+            upload=self.path,
+            form=query(purpose=purpose, task_name=task_name),
+            timeout=UPLOAD_TIMEOUT,
+        )
+
+
+def is_local_file(value: object) -> bool:
+    """Whether a spec's file value names a file on this machine (which `submit` uploads first)."""
+    return isinstance(value, str) and not value.startswith("file-") and Path(value).expanduser().is_file()

@@ -1,0 +1,204 @@
+"""/v1/files: data files uploaded through the API, checked as they land, kept in the store by content.
+
+An upload streams to this machine's disk (service/uploads.py), is checked with the dry run's rules
+(shared/upload_checks.py), and only then is stored: its bytes under their sha256 in the store (once,
+whoever sends them again), its description as a row owned by the caller. A refused or cut-off
+upload keeps nothing. A job names a file by id wherever it takes a file name.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query, Request, Response, status
+from sqlalchemy.orm import Session
+
+from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
+from service.downloads import stored_download
+from service.file_schemas import FileCheck, FileDeleted, FilePublic
+from service.schemas import ErrorResponse, Page
+from service.uploads import FILE_FIELD, Received, receive_upload
+from shared import jobs_repo
+from shared.config import Settings
+from shared.file_copies import keep_copy
+from shared.models import File
+from shared.storage import Store, StoreUnavailable, file_key
+from shared.upload_checks import PURPOSES, check_upload, task_of
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/files", tags=["files"])
+
+# The body POST /v1/files takes, for the schema: the body is parsed by hand (service/uploads.py).
+UPLOAD_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": [FILE_FIELD],
+                "properties": {
+                    FILE_FIELD: {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The file: .csv, .tsv, .json, .jsonl or .parquet (by its name)",
+                    },
+                    "purpose": {"type": "string", "enum": list(PURPOSES), "default": "train"},
+                    "task_name": {
+                        "type": "string",
+                        "description": "Check its labels against this GLUE task (sst2, mnli …)",
+                    },
+                },
+            }
+        }
+    },
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=FilePublic | FileCheck,
+    openapi_extra={"requestBody": UPLOAD_BODY},
+    responses={
+        200: {
+            "model": FilePublic | FileCheck,
+            "description": "You had uploaded these bytes already: that file; or dry_run=true: the checks",
+        },
+        400: {"model": ErrorResponse, "description": "The upload was cut off; nothing was kept"},
+        413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_UPLOAD_BYTES"},
+        503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
+    },
+)
+async def create_file(
+    request: Request,
+    response: Response,
+    settings: SettingsDep,
+    store: StoreDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+    dry_run: Annotated[
+        bool, Query(description="Check the file and keep nothing: 200 with the checks")
+    ] = False,
+) -> FilePublic | FileCheck:
+    """Upload a data file (multipart/form-data, the part `file`; optional fields `purpose` —
+    train, validation or test — and `task_name`). It is streamed to disk, never held in memory,
+    up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then checked as a dry run checks a job's data:
+    format, text columns, labels (present and of one type; fitting `task_name`'s task when given),
+    rows. A file that cannot serve as training data gets 422 naming the problem, and nothing is
+    kept. Stored by content: the same bytes are stored once; the same bytes sent again by you
+    answer 200 with the file you have.
+    """
+    received = await receive_upload(
+        request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_upload_bytes
+    )
+    try:
+        kept = await anyio.to_thread.run_sync(
+            _keep, received, settings, store, session, principal.owner, dry_run
+        )
+    finally:
+        received.path.unlink(missing_ok=True)
+    if isinstance(kept, FileCheck):
+        response.status_code = status.HTTP_200_OK
+        return kept
+    file, created = kept
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return FilePublic.of(file)
+
+
+def _keep(
+    received: Received, settings: Settings, store: Store, session: Session, owner: str | None, dry_run: bool
+) -> FileCheck | tuple[File, bool]:
+    task = task_of(received.fields.get("task_name"))
+    purpose = received.fields.get("purpose") or "train"
+    report = check_upload(received.path, filename=received.filename, purpose=purpose, task=task)
+    if dry_run:
+        return FileCheck(
+            filename=received.filename,
+            format=report.format,
+            bytes=received.bytes,
+            sha256=received.sha256,
+            rows=report.rows,
+            columns=report.columns,
+            checks=report.checks,
+        )
+    key = file_key(received.sha256)
+    if not store.exists(key):
+        store.put(received.path, key)
+    new = jobs_repo.NewFile(
+        owner=owner,
+        filename=received.filename,
+        format=report.format,
+        purpose=purpose,
+        task_name=task.name if task else None,
+        bytes=received.bytes,
+        sha256=received.sha256,
+        rows=report.rows,
+        columns=report.columns,
+        checks=report.checks,
+    )
+    file, created = jobs_repo.add_file(session, new=new)
+    if created and not store.exists(key):  # the last other file with these bytes was deleted meanwhile
+        store.put(received.path, key)
+    if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
+        keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
+    return file, created
+
+
+@router.get("", response_model=Page[FilePublic])
+def read_files(
+    session: SessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="Page size")] = 20,
+    after: After = None,
+    sha256: Annotated[
+        str | None, Query(pattern=r"^[0-9a-f]{64}$", description="Only files with these bytes")
+    ] = None,
+) -> dict[str, Any]:
+    """Your uploaded files, newest first, in cursor pages (`sha256=`: is a file there already?)."""
+    files, has_more = jobs_repo.list_files(
+        session, after=after, limit=limit, owner=principal.owner_filter, sha256=sha256
+    )
+    return {
+        "data": [FilePublic.of(f) for f in files],
+        "has_more": has_more,
+        "next_cursor": str(files[-1].id) if has_more and files else None,
+    }
+
+
+@router.get("/{file_id}", response_model=FilePublic)
+def read_file(file: FileDep) -> FilePublic:
+    """One uploaded file."""
+    return FilePublic.of(file)
+
+
+@router.get(
+    "/{file_id}/content",
+    response_class=Response,
+    responses={
+        200: {"description": "The file's bytes", "content": {"application/octet-stream": {}}},
+        307: {"description": "GLUEJOBS_STORAGE_PRESIGN_S set: a presigned URL of the store to read it from"},
+    },
+)
+def read_file_content(file: FileDep, store: StoreDep, settings: SettingsDep) -> Response:
+    """The bytes of an uploaded file, streamed from the store (or, with GLUEJOBS_STORAGE_PRESIGN_S
+    set and an S3 store, a redirect to a short-lived presigned URL)."""
+    return stored_download(store, settings, file_key(file.sha256), file.filename)
+
+
+@router.delete("/{file_id}", response_model=FileDeleted, responses={409: {"model": ErrorResponse}})
+def delete_file(file: FileDep, session: SessionDep, principal: PrincipalDep, store: StoreDep) -> FileDeleted:
+    """Delete an uploaded file; 409 while a queued or running job uses it. Its bytes leave the store
+    when no other file holds them; finished jobs keep the record of what they trained on."""
+    deleted, last = jobs_repo.delete_file(session, file_id=file.id, owner=principal.owner_filter)
+    if last:
+        try:
+            store.delete(file_key(deleted.sha256))
+        except StoreUnavailable as exc:  # the row is gone; the object stays behind, unreferenced
+            logger.warning(
+                "%s: its bytes stay in the store: %s", jobs_repo.public_id(deleted.id), exc.message
+            )
+    return FileDeleted(id=jobs_repo.public_id(deleted.id))

@@ -1,0 +1,252 @@
+"""The checks an uploaded file passes as it lands (POST /v1/files), piece by piece.
+
+The rules are shared/data_files.py's, the ones a dry run and a worker apply: the format by the
+file's name (csv, tsv, json, jsonl, parquet) read with the worker's options, the text columns (the
+task's, or the first one or two besides `label`), labels present and non-empty (optional in a test
+file), fitting the task when one is named (names like `entailment` or ids), and a column of labels
+of one type. A file that cannot serve as training data is refused with 422 naming the problem and
+its row.
+
+Unlike a dry run, which reads a job's files whole, an upload is read a few MiB at a time (pandas'
+chunked readers, parquet's record batches), so a 2 GiB upload does not take 2 GiB of the API's
+memory: what is kept across pieces is the row count and the label tally. Only a `.json` file
+holding one JSON array is read whole (JSON has no pieces to read it by); JSON lines stream.
+Pieces change nothing that a whole read decides: text-format labels are tallied as written and
+their type (ids, names or scores) is decided once, over every distinct value, as a whole read
+decides it over the column.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# The reading rule's own helpers: these checks must be exactly the dry run's.
+from shared.data_files import (
+    _TSV_OPTIONS,
+    LABEL,
+    DataError,
+    Table,
+    _check_no_empty_labels,
+    _column,
+    _infer_text_keys,
+    _numbers_if_numeric,
+    _task_label_ids,
+    _texts,
+    read_error,
+)
+from shared.errors import InvalidRequest, quote
+from shared.spec import DATA_FILE_SUFFIXES
+from shared.tasks import TASKS, GlueTask
+
+# A piece is about this much of the file (its rows counted from the first MiB's): pandas holds a
+# piece as Python strings, several times its size on disk.
+PIECE_BYTES = 2 * 1024 * 1024
+MAX_PIECE_ROWS = 50_000
+PURPOSES = ("train", "validation", "test")
+# A label column with more distinct values than this is a column of scores, or no classification.
+MAX_CLASSES = 10_000
+FIELD = "file"
+
+
+@dataclass(frozen=True)
+class UploadReport:
+    format: str  # the suffix without its dot
+    rows: int
+    columns: list[str]
+    checks: dict[str, Any]  # text_columns; labels: classes, scores or none; label_counts / score_range
+
+
+def task_of(name: str | None) -> GlueTask | None:
+    """The task an upload's labels are checked against (names as the spec takes them: SST-2, sst2)."""
+    if name is None or not name.strip():
+        return None
+    key = name.strip().lower().replace("-", "")
+    if key not in TASKS:
+        raise InvalidRequest(
+            f"unknown task {quote(name)}; expected one of {', '.join(TASKS)}", field="task_name"
+        )
+    return TASKS[key]
+
+
+def file_format(filename: str) -> str:
+    suffix = Path(filename).suffix.lower()
+    if suffix not in DATA_FILE_SUFFIXES:
+        raise InvalidRequest(
+            f"{quote(filename)} is not a data file: name it .csv, .tsv, .json, .jsonl or .parquet",
+            field=FIELD,
+        )
+    return suffix.removeprefix(".")
+
+
+def check_upload(path: Path, *, filename: str, purpose: str, task: GlueTask | None) -> UploadReport:
+    """Read the file at `path` (uploaded as `filename`) piece by piece and check it; InvalidRequest
+    naming the problem when it cannot serve as `purpose` data."""
+    if purpose not in PURPOSES:
+        raise InvalidRequest(
+            f"purpose is one of {', '.join(PURPOSES)}, not {quote(purpose)}", field="purpose"
+        )
+    suffix = f".{file_format(filename)}"
+    where = f"file {filename!r}"
+    tally = _Labels(task)
+    rows, columns = 0, list[str]()
+    text_keys: tuple[str, str | None] | None = task.text_keys if task else None
+    try:
+        for frame in _pieces(path, suffix):
+            if not len(frame):
+                continue
+            if rows == 0:
+                columns = [str(c) for c in frame.columns]
+            table = Table(frame, where, "", FIELD, path, True, first_row=rows)
+            if text_keys is None:
+                text_keys = _infer_text_keys(table)
+            for key in text_keys:
+                if key is not None:
+                    _texts(table, key)
+            tally.add(table, labels_required=purpose != "test")
+            rows += len(frame)
+    except DataError as exc:
+        raise InvalidRequest(exc.message, field=FIELD) from exc
+    except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors derive from these
+        reason = read_error(exc, path, True).replace(path.name, filename)
+        raise InvalidRequest(f"could not read {where}: {reason}", field=FIELD) from exc
+    if rows == 0:
+        raise InvalidRequest(f"{where} has no rows", field=FIELD)
+    assert text_keys is not None
+    checks = {"text_columns": [key for key in text_keys if key is not None], **tally.summary(where)}
+    return UploadReport(suffix.removeprefix("."), rows, columns, checks)
+
+
+def _pieces(path: Path, suffix: str) -> Iterator[pd.DataFrame]:
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(path)
+        rows = parquet.metadata.num_rows or 1
+        for batch in parquet.iter_batches(batch_size=_rows_per_piece(path.stat().st_size / rows)):
+            yield batch.to_pandas()
+        return
+    rows = _rows_per_piece(_bytes_per_line(path))
+    if suffix == ".tsv":
+        yield from pd.read_csv(path, **_TSV_OPTIONS, chunksize=rows)
+    elif suffix == ".csv":
+        yield from pd.read_csv(path, encoding="utf-8-sig", keep_default_na=False, dtype=str, chunksize=rows)
+    elif suffix == ".json" and _starts_an_array(path):
+        yield pd.read_json(path, dtype=False, convert_dates=False)
+    else:  # .jsonl, and .json holding JSON lines (as the `json` loader of datasets takes it)
+        yield from pd.read_json(path, lines=True, chunksize=rows, dtype=False, convert_dates=False)
+
+
+def _bytes_per_line(path: Path) -> float:
+    with path.open("rb") as handle:
+        head = handle.read(1024 * 1024)
+    return len(head) / max(1, head.count(b"\n"))
+
+
+def _rows_per_piece(bytes_per_row: float) -> int:
+    return max(1, min(MAX_PIECE_ROWS, int(PIECE_BYTES / max(1.0, bytes_per_row))))
+
+
+def _starts_an_array(path: Path) -> bool:
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")
+
+
+@dataclass
+class _Labels:
+    """The label column across pieces: the task's ids or scores, or a tally of the values as written."""
+
+    task: GlueTask | None
+    counts: Counter[Any] = field(default_factory=Counter)
+    ids: np.ndarray | None = None  # a task's classes: rows per id
+    scores: list[float] = field(default_factory=lambda: [np.inf, -np.inf, 0.0, 0.0])  # min max sum n
+    labelled: int = 0
+    missing: int = 0
+
+    def add(self, table: Table, *, labels_required: bool) -> None:
+        if self.task is not None:
+            ids = _task_label_ids(table, self.task, labels_required)
+            if ids is None:
+                self.missing += len(table.frame)
+            elif self.task.label_names is None:
+                self._scores(ids.astype(np.float64))
+            else:
+                tally = np.bincount(ids, minlength=len(self.task.label_names))
+                self.ids = tally if self.ids is None else self.ids + tally
+            return
+        if LABEL not in table.frame.columns:
+            if labels_required:
+                _column(table, LABEL)  # the refusal, naming the columns there are
+            self.missing += len(table.frame)
+            return
+        labels = table.frame[LABEL]
+        _check_no_empty_labels(table, labels)
+        self.labelled += len(labels)
+        if len(self.counts) <= MAX_CLASSES:
+            self.counts.update(labels.tolist())
+        else:  # past any classification: only scores can be this many
+            numbers = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=np.float64)
+            if not np.isfinite(numbers).all():
+                raise self._neither(table.where)
+            self._scores(numbers)
+
+    def _scores(self, values: np.ndarray) -> None:
+        low, high, total, n = self.scores
+        self.scores = [min(low, values.min()), max(high, values.max()), total + values.sum(), n + len(values)]
+
+    def summary(self, where: str) -> dict[str, Any]:
+        if self.task is None and self.counts:
+            return self._own_labels(where)
+        if self.task is not None and self.task.label_names is not None and self.ids is not None:
+            counts = {name: int(n) for name, n in zip(self.task.label_names, self.ids, strict=True)}
+            return {"labels": "classes", "label_counts": counts}
+        if self.scores[3]:
+            low, high, total, n = map(float, self.scores)
+            return {"labels": "scores", "score_range": {"min": low, "max": high, "mean": round(total / n, 4)}}
+        return {"labels": "none"}
+
+    def _own_labels(self, where: str) -> dict[str, Any]:
+        """A job on its own files: ids or names are classes, numbers with a fraction are scores (the
+        reading rule's `_numbers_if_numeric`, decided over every distinct value)."""
+        values = list(self.counts)
+        text = all(isinstance(value, str) for value in values)
+        column = _numbers_if_numeric(pd.Series(values, dtype=str)) if text else pd.Series(values)
+        if pd.api.types.is_float_dtype(column) or len(values) > MAX_CLASSES:
+            if not pd.api.types.is_numeric_dtype(column):
+                raise self._neither(where)
+            weights = np.array([self.counts[value] for value in values], dtype=np.float64)
+            numbers = column.to_numpy(dtype=np.float64)
+            low, high, total, n = self.scores
+            self.scores = [
+                min(low, numbers.min()),
+                max(high, numbers.max()),
+                total + float((numbers * weights).sum()),
+                n + float(weights.sum()),
+            ]
+            self.counts = Counter()
+            return self.summary(where)
+        merged: Counter[Any] = Counter()
+        for value, number in zip(values, column.tolist(), strict=True):
+            merged[number] += self.counts[value]
+        try:
+            ordered = sorted(merged)
+        except TypeError:
+            raise InvalidRequest(
+                f"{where} mixes label types (e.g. numbers and strings) in column {LABEL!r}", field=FIELD
+            ) from None
+        return {"labels": "classes", "label_counts": {str(name): merged[name] for name in ordered}}
+
+    @staticmethod
+    def _neither(where: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"{where} has more than {MAX_CLASSES} distinct labels that are not all numbers: neither "
+            "classes nor scores",
+            field=FIELD,
+        )
