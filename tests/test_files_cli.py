@@ -76,7 +76,7 @@ def test_submit_uploads_local_files_once_and_files_commands_manage_them(
             "checked by the API, not uploaded (dry run)" in printed.err
             and '"label_counts": {"0": 1, "1": 1}' in printed.err
         )
-        assert "no plan" in printed.out
+        assert "no plan" in printed.err
 
         assert cli(["files", "ls", "--url", url]) == 0
         listed = capsys.readouterr().out

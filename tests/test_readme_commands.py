@@ -14,6 +14,7 @@ placeholders); they are not lines to run.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import pytest
 
 from gluejobs.stack import local_stack, stack_environment
 from shared.config import Settings
-from tests.kit import REPO, write_mnli
+from tests.kit import GLUE_DATA, REPO, write_mnli
 from tests.lora_scripts import ROBERTA_BASE_MNLI
 
 MARK = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
@@ -207,6 +208,10 @@ def test_the_readme_commands_run_as_written(readme_settings: Settings, tmp_path:
     workspace.mkdir()
     (workspace / "roberta_base_mnli.sh").write_text(ROBERTA_BASE_MNLI)
     (workspace / "training_args.json").write_text(json.dumps(TRAINING_ARGS))
+    # `train.csv`, the user's own file the upload lines send: SST-2's first rows as a CSV.
+    rows = (GLUE_DATA / "SST-2" / "train.tsv").read_text().splitlines()[1:65]
+    with (workspace / "train.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([("sentence", "label"), *(row.rsplit("\t", 1) for row in rows)])
     api_env = stack_environment(readme_settings, HF_HUB_OFFLINE="1")
     with local_stack(readme_settings, logs=tmp_path / "logs", workers=0, env=api_env) as stack:
         port = stack.url.rsplit(":", 1)[1]

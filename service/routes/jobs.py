@@ -53,7 +53,8 @@ def _page(
 
 
 def _parse_statuses(values: list[str]) -> list[JobStatus]:
-    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    names = [name.strip() for value in values for name in value.split(",")]
+    # An empty name (`?status=`, `queued,`) is no status: refused like any unknown one, as the schema says.
     unknown = [name for name in names if name not in JobStatus.__members__]
     if unknown:
         raise InvalidRequest(
