@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 # The dashboard's browser test drives Debian's chromium through Playwright (never a downloaded browser).
 CHROMIUM ?= /usr/bin/chromium
+# Test processes for `make test` (pytest-xdist); 0 runs the suite in this one process.
+TEST_WORKERS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install install-test demo stop test lint bench clean
@@ -45,7 +47,7 @@ stop:
 ## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included;
 ## installs chromium (Debian's package) for the dashboard's browser test when it is missing.
 test: install-test $(CHROMIUM)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 lint: install-test
 	$(BIN)/ruff check .

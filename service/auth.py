@@ -1,19 +1,26 @@
-"""API keys: the key ring is built once at start-up; a presented key is always hashed as a secret.
+"""API keys: who is calling. Bootstrap keys come from the configuration (hashed once, at start-up);
+keys made over the API are rows of `api_keys` (shared/api_keys.py), read on every request so that a
+revocation holds on the next one, on every API process. A presented key is always hashed as a
+secret and looked up by its digest.
 
 Configured entries are keys or `sha256:<hex>` digests of keys (so a deployment need not keep the
-keys themselves). A client never sends a digest: whatever follows `Bearer ` is hashed, so knowing
-a key's digest (from a config file, a log, the `owner` column) does not let anyone act as that key.
+keys themselves), optionally after `owner=`. A client never sends a digest: whatever follows
+`Bearer ` is hashed, so knowing a key's digest (from a config file or a log) does not let anyone act
+as that key.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi.security.utils import get_authorization_scheme_param
 
-from shared.config import Settings, configured_key_digest, secret_digest
-from shared.errors import Unauthorized
+from shared.config import Settings, secret_digest, split_owner
+from shared.errors import Forbidden, Unauthorized
+from shared.models import ApiKey, KeyRole
+from shared.owners import ConfiguredKey, configured_keys
 
 logger = logging.getLogger(__name__)
 
@@ -23,42 +30,67 @@ MIN_KEY_CHARS = 16
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling. `owner` is the digest of their key; None when auth is off."""
+    """Who is calling: an owner (None when auth is off), through which key, with which role."""
 
     owner: str | None
-    is_admin: bool
+    role: KeyRole
+    # The stored key's id (None for a configured key, and without auth), and a label for events and
+    # logs that never holds the secret: the stored key's name and prefix, or `configured`.
+    key_id: int | None = None
+    key_label: str = "configured"
+    # What counts this caller's requests against the rate limits: one key, not one owner.
+    bucket: str = ""
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == KeyRole.admin
+
+    @property
+    def can_write(self) -> bool:
+        return self.role != KeyRole.read_only
 
     @property
     def owner_filter(self) -> str | None:
         """The owner a query must match: admins (and everyone when auth is off) see every job."""
         return None if self.is_admin else self.owner
 
+    def require_admin(self) -> None:
+        if not self.is_admin:
+            raise Forbidden("this needs an admin key")
 
-ANONYMOUS = Principal(owner=None, is_admin=True)
+    @property
+    def actor(self) -> dict[str, object]:
+        """Who acted, as events and the audit log record it (never the secret)."""
+        return {"owner": self.owner, "key": self.key_label, "key_id": self.key_id}
+
+
+ANONYMOUS = Principal(owner=None, role=KeyRole.admin, key_label="no auth")
+
+# Looks a digest up among the stored keys: the live key, or None.
+StoredKeyLookup = Callable[[str], ApiKey | None]
 
 
 @dataclass(frozen=True)
 class KeyRing:
-    """The digests of the configured keys, each mapped to whether it is an admin key.
+    """The configured keys by digest, and the stored keys through `lookup`.
 
-    A presented key is looked up by the SHA-256 digest of it in a dict. That is safe against timing
-    attacks without hmac.compare_digest: the dict hashes the digest with Python's per-process
-    random SipHash key, and a string comparison can only reveal how many leading characters of
-    sha256(presented key) match a stored digest. The caller chooses the key, not its digest, so that
-    prefix tells nothing about any key (steering it would need SHA-256 preimages), and the lookup
-    costs the same whatever the ring holds.
+    A configured key is looked up by the SHA-256 digest of the presented key in a dict: safe
+    against timing attacks without hmac.compare_digest, because the caller chooses the key, not its
+    digest, so whatever a comparison reveals of a digest's prefix tells nothing about any key. A
+    stored key is found by the same digest through a unique index.
     """
 
-    digests: dict[str, bool]
+    configured: dict[str, ConfiguredKey]
+    lookup: StoredKeyLookup | None = None
+    stored_keys_exist: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> KeyRing:
-        digests = {configured_key_digest(entry): False for entry in settings.api_keys}
-        # An entry in both lists is an admin key.
-        digests |= {configured_key_digest(entry): True for entry in settings.admin_keys}
+    def from_settings(
+        cls, settings: Settings, lookup: StoredKeyLookup | None = None, *, stored_keys_exist: bool = False
+    ) -> KeyRing:
         short = [
             entry
-            for entry in (*settings.api_keys, *settings.admin_keys)
+            for entry in (split_owner(entry)[1] for entry in (*settings.api_keys, *settings.admin_keys))
             if not entry.startswith("sha256:") and len(entry) < MIN_KEY_CHARS
         ]
         if short:
@@ -67,11 +99,14 @@ class KeyRing:
                 len(short),
                 MIN_KEY_CHARS,
             )
-        return cls(digests)
+        keys = {key.digest: key for key in configured_keys(settings)}
+        return cls(keys, lookup, stored_keys_exist)
 
     @property
     def enabled(self) -> bool:
-        return bool(self.digests)
+        """Auth is on once any key exists: a stored key left after the configured ones were removed
+        still closes the API to anonymous callers."""
+        return bool(self.configured) or self.stored_keys_exist
 
     def principal(self, authorization: str | None) -> Principal:
         """The caller named by an `Authorization` header, or Unauthorized."""
@@ -80,9 +115,21 @@ class KeyRing:
         scheme, key = get_authorization_scheme_param(authorization)
         if not authorization or scheme.lower() != "bearer" or not key:
             raise Unauthorized()
-        # Configured keys are printable ASCII; anything else cannot be one (and need not be hashed).
-        digest = secret_digest(key) if key.isascii() else None
-        is_admin = self.digests.get(digest) if digest is not None else None
-        if is_admin is None:
+        # Keys are printable ASCII; anything else cannot be one (and need not be hashed).
+        if not key.isascii():
             raise Unauthorized("the API key is not valid")
-        return Principal(owner=digest, is_admin=is_admin)
+        digest = secret_digest(key)
+        configured = self.configured.get(digest)
+        if configured is not None:
+            role = KeyRole.admin if configured.is_admin else KeyRole.user
+            return Principal(owner=configured.owner, role=role, bucket=f"c:{digest[:32]}")
+        stored = self.lookup(digest) if self.lookup is not None else None
+        if stored is None:
+            raise Unauthorized("the API key is not valid (or was revoked, or has expired)")
+        return Principal(
+            owner=stored.owner,
+            role=KeyRole(stored.role),
+            key_id=stored.id,
+            key_label=f"{stored.name} ({stored.prefix}…)",
+            bucket=f"k:{stored.id}",
+        )

@@ -65,9 +65,12 @@ def get_principal(
     # same way the request guard read it (one parser for both).
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The caller. The request guard refused unknown keys on /v1 already; this also gives
-    routes the caller's identity, which ownership checks need."""
-    return keys.principal(request.headers.get("authorization"))
+    """The caller. The request guard found it for every /v1 request (and refused unknown keys);
+    routes need its identity for ownership checks."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is None:  # a route outside /v1 (the metrics page)
+        principal = keys.principal(request.headers.get("authorization"))
+    return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

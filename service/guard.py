@@ -5,7 +5,8 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
 - a Host header that does not name this API gets 400, and a state-changing request that a web page
   on another origin sent gets 403 (service/origins.py: DNS rebinding, cross-site requests);
 - a /v1 request without a valid key gets 401 at once, so an anonymous 100 MiB upload costs the API
-  nothing but the headers;
+  nothing but the headers; the caller found here (service/auth.py) is what routes see
+  (`request.state.principal`), and a read-only key's state-changing request gets 403;
 - a body is capped by the bytes actually received, not by trusting Content-Length: a declared
   length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
   uploads have no Content-Length) stops being read and gets 413;
@@ -26,6 +27,7 @@ close the connection, so the server does not go on reading a body nobody will us
 from __future__ import annotations
 
 import anyio
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,7 +35,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.auth import KeyRing
 from service.errors import error_response
 from service.origins import SAFE_METHODS, HostRules
+from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE
 from shared.errors import Unauthorized
+from shared.resilience import is_transient
 
 PROTECTED_PREFIX = "/v1"
 UPLOAD_PATH = "/v1/files"
@@ -86,10 +90,24 @@ class RequestGuard:
         path: str = scope["path"]
         if path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"):
             try:
-                self.keys.principal(headers.get("authorization"))
+                # A stored key is a database read: in a thread, as a sync route would be.
+                principal = await anyio.to_thread.run_sync(self.keys.principal, headers.get("authorization"))
             except Unauthorized as exc:
                 await self._refuse(401, exc.code, exc.message, scope, receive, send)
                 return
+            except SQLAlchemyError as exc:
+                if not is_transient(exc):
+                    raise
+                headers_503 = {"Retry-After": str(RETRY_AFTER_S)}
+                await self._refuse(
+                    503, DATABASE_UNAVAILABLE, UNAVAILABLE_MESSAGE, scope, receive, send, headers_503
+                )
+                return
+            if not principal.can_write and scope["method"] not in SAFE_METHODS:
+                message = "this key is read-only: it reads its owner's jobs but changes nothing"
+                await self._refuse(403, "forbidden", message, scope, receive, send)
+                return
+            scope.setdefault("state", {})["principal"] = principal
         upload = path == UPLOAD_PATH and scope["method"] == "POST"
         limit = self.max_upload_bytes + UPLOAD_FRAMING_BYTES if upload else self.max_body_bytes
         declared = headers.get("content-length")
@@ -138,9 +156,15 @@ class RequestGuard:
 
     @staticmethod
     async def _refuse(
-        status: int, code: str, message: str, scope: Scope, receive: Receive, send: Send
+        status: int,
+        code: str,
+        message: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        response = error_response(status, code, message)
+        response = error_response(status, code, message, headers=headers)
         response.headers["Connection"] = "close"
         await response(scope, receive, send)
 

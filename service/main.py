@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Depends, FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 
 from service import outage
 from service.auth import KeyRing
@@ -26,12 +29,41 @@ from service.routes import (
     sweeps,
     workers,
 )
+from shared import api_keys
 from shared.config import Settings, get_settings
 from shared.db import Database
+from shared.models import ApiKey
+from shared.owners import adopt_configured_owners
 from shared.storage import open_store
+
+logger = logging.getLogger(__name__)
 
 # A request waits this long for an unreachable store before it gets 503 (a worker waits longer).
 API_STORE_RETRY_S = 10.0
+
+
+def key_ring(settings: Settings, db: Database) -> KeyRing:
+    """The configured keys (hashed once, here), the stored keys through the database; the rows of
+    configured keys' owners moved to the names the configuration gives (shared/owners.py)."""
+
+    def lookup(digest: str) -> ApiKey | None:
+        with db.session() as session:
+            return api_keys.find_live_key(session, digest)
+
+    ring = KeyRing.from_settings(settings, lookup)
+    try:
+        with db.engine.begin() as connection:
+            moved = adopt_configured_owners(connection, ring.configured.values())
+        with db.session() as session:
+            stored = api_keys.any_stored_keys(session)
+    except SQLAlchemyError as exc:  # not migrated yet, or away: the next start adopts them
+        logger.warning(
+            "could not read the owners and keys of the database (%s): auth uses the configured keys", exc
+        )
+        return ring
+    if moved:
+        logger.info("moved %d row(s) to the owners the configured keys name", moved)
+    return KeyRing(ring.configured, lookup, stored_keys_exist=stored)
 
 
 def create_app(
@@ -54,7 +86,7 @@ def create_app(
     app.state.db = db or Database(settings.database_url)
     app.state.store = open_store(settings, retry_s=min(settings.storage_retry_s, API_STORE_RETRY_S))
     app.state.outage = outage.watch(app.state.db.engine)
-    app.state.keys = KeyRing.from_settings(settings)  # keys are hashed once, here
+    app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     install_error_handlers(app)
     app.add_middleware(

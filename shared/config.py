@@ -118,10 +118,15 @@ class Settings(BaseSettings):
     )
 
     api_keys: KeyList = Field(
-        default_factory=list, description="Bearer keys, or sha256:<64 hex digits> digests of them"
+        default_factory=list,
+        description="Bootstrap bearer keys, or sha256:<64 hex digits> digests of them; `alice=<key>` names "
+        "the key's owner (else the owner is key-<first 12 hex digits of its digest>). More keys are "
+        "made, rotated and revoked over the API (POST /v1/keys) and kept as hashes in the database",
     )
     admin_keys: KeyList = Field(
-        default_factory=list, description="Keys (or digests) that see and cancel every job"
+        default_factory=list,
+        description="Bootstrap admin keys (or digests, `name=` as above): they see every owner's jobs and "
+        "manage keys and quotas",
     )
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
 
@@ -167,6 +172,51 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
         "requests; a browser request from any other origin gets 403",
+    )
+    # --- a team's shared fleet (shared/fair_share.py, shared/quotas.py, service/rate_limits.py) -------
+    fair_share: bool = Field(
+        default=True,
+        description="A claim prefers the owner holding the fewest devices (weighted by their share), then "
+        "priority, then age; off: priority, then age, for everyone",
+    )
+    max_user_priority: int = Field(
+        default=100,
+        ge=0,
+        le=1000,
+        description="The highest priority a non-admin key may set; admins may set up to 1000, and a "
+        "priority above this one runs before fair share's order",
+    )
+    reservation_after_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="A job needing more devices than a worker has free, queued this long, reserves that "
+        "worker: narrower jobs no longer take its devices until the wide job has started",
+    )
+    default_max_devices: int | None = Field(
+        default=None,
+        ge=1,
+        description="Devices one owner may hold at once (none: no limit); admins set "
+        "per-owner quotas over the API",
+    )
+    default_max_queued: int | None = Field(
+        default=1000, ge=1, description="Queued jobs one owner may have; a submission over it gets 429"
+    )
+    default_max_device_hours_per_day: float | None = Field(
+        default=None, gt=0, description="Device-hours one owner may use in any 24 hours (none: no limit)"
+    )
+    rate_submits_per_minute: int = Field(
+        default=120,
+        ge=0,
+        description="Writes (submissions, cancels, uploads …) one key may make per "
+        "minute, counted in the database for every API process; 0: no limit",
+    )
+    rate_reads_per_minute: int = Field(
+        default=6000, ge=0, description="Reads one key may make per minute, on every API process; 0: no limit"
+    )
+    max_streams_per_key: int = Field(
+        default=20,
+        ge=0,
+        description="Event streams one key may hold open across every API process; 0: no limit",
     )
     max_dry_runs: int = Field(
         default=2,
@@ -263,12 +313,27 @@ def secret_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+# `alice=<key>`: an owner's name, then the key. A key may itself hold "=" (base64's padding): only a
+# leading valid name followed by "=" and something other than "=" names an owner.
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_NAMED_ENTRY = re.compile(r"(?P<owner>[A-Za-z0-9][A-Za-z0-9._-]{0,63})=(?P<key>[^=].*)", re.DOTALL)
+
+
+def split_owner(entry: str) -> tuple[str | None, str]:
+    """A configured entry's owner name (None when it names none) and its key or digest."""
+    named = _NAMED_ENTRY.fullmatch(entry)
+    if named is None:
+        return None, entry
+    return named["owner"], named["key"]
+
+
 def configured_key_digest(entry: str) -> str:
     """The digest a configured entry stands for: a `sha256:<64 hex digits>` entry is one already,
-    anything else is a key. Only the configuration may hold digests.
+    anything else is a key; either may follow `owner=`. Only the configuration may hold digests.
 
     Error messages never quote the entry: it may be a secret.
     """
+    entry = split_owner(entry)[1]
     if entry.startswith(DIGEST_PREFIX):
         digest = entry.removeprefix(DIGEST_PREFIX)
         if not _HEX_DIGEST.fullmatch(digest):

@@ -35,9 +35,9 @@ OWNERS_DIR = "owners"
 def owner_folder(owner: str) -> str:
     """The name of an owner's folder under GLUEJOBS_DATA_DIR/owners/.
 
-    Today an owner is the SHA-256 digest of their key (64 hex digits, safe as a name), used as it
-    is; a key's holder finds it with `printf %s "$KEY" | sha256sum`. Named owners would change this
-    function alone.
+    An owner's name (shared/config.OWNER_NAME: letters, digits, `.`, `_`, `-`, not starting with a
+    dot) is safe as a folder name and used as it is: `owners/alice/`, or `owners/key-0123456789ab/`
+    for a configured key that names no owner.
     """
     return owner
 

@@ -56,6 +56,13 @@ class Unauthorized(GluejobsError):
     code = "unauthorized"
 
 
+class Forbidden(GluejobsError):
+    """This key may not do this."""
+
+    status_code = 403
+    code = "forbidden"
+
+
 class TooBusy(GluejobsError):
     """The API is busy with other requests of this kind; try again shortly."""
 
@@ -65,6 +72,18 @@ class TooBusy(GluejobsError):
     def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class RateLimited(TooBusy):
+    """This key has made too many requests; try again after Retry-After seconds."""
+
+    code = "rate_limited"
+
+
+class OverQuota(TooBusy):
+    """The owner's quota does not allow this."""
+
+    code = "over_quota"
 
 
 class JobFailed(GluejobsError):

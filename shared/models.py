@@ -135,7 +135,7 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(Json)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", Json, default=dict)
-    # sha256 digest of the API key that created the job (None when auth is off).
+    # The owner (a person or a team) whose key created the job; None when auth is off.
     owner: Mapped[str | None] = mapped_column(String(64))
 
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -172,6 +172,10 @@ class Job(Base):
     # What the API accepted but the user should know (a model it could not check, a label that looks
     # like a typo of another …), written once when the job is created.
     warnings: Mapped[list[str] | None] = mapped_column(Json)
+    # A wide job that has waited past GLUEJOBS_RESERVATION_AFTER_S holds this worker: narrower jobs no
+    # longer take its devices until this job starts there (shared/jobs_repo/reservations.py).
+    reserved_by: Mapped[str | None] = mapped_column(String(255))
+    reserved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class JobMetric(Base):
@@ -300,6 +304,66 @@ class Owner(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Fair share's weight: an owner with share 2 may hold twice the devices before others go first.
+    share: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    # Quotas; None: the configured default (GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit.
+    max_devices: Mapped[int | None] = mapped_column(Integer)
+    max_queued: Mapped[int | None] = mapped_column(Integer)
+    max_device_hours_per_day: Mapped[float | None] = mapped_column(Float)
+
+
+class KeyRole(StrEnum):
+    user = "user"  # submits, reads and cancels its owner's jobs
+    admin = "admin"  # every owner's jobs, keys, quotas and the audit log
+    read_only = "read-only"  # reads its owner's jobs; submits and cancels nothing
+
+
+class ApiKey(Base):
+    """A key made over the API (POST /v1/keys). Only the SHA-256 digest of the secret is kept; the
+    secret is shown once, when the key is made. Configured keys (GLUEJOBS_API_KEYS) are not rows."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("digest"), Index("ix_api_keys_owner", "owner"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64))  # the holder's label: "alice-laptop"
+    owner: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16), default=KeyRole.user)
+    prefix: Mapped[str] = mapped_column(String(16))  # the secret's first characters, to tell keys apart
+    digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(64))  # the owner whose admin key made it
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The key this one replaced (POST /v1/keys/{id}/rotate).
+    rotated_from: Mapped[int | None] = mapped_column(BigId)
+
+
+class RateWindow(Base):
+    """Requests one key made in one minute, by kind (reads, writes): every API process counts in the
+    same row, so a limit holds however many processes serve the API (service/rate_limits.py)."""
+
+    __tablename__ = "rate_windows"
+
+    bucket: Mapped[str] = mapped_column(String(96), primary_key=True)  # "<kind>:<key id or digest>"
+    window: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # minutes since the epoch
+    count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class OpenStream(Base):
+    """An event stream being served, so that one key's open streams are counted across every API
+    process. A stream refreshes `seen_at` while it runs; a row not refreshed for a while belongs to a
+    process that died and no longer counts."""
+
+    __tablename__ = "open_streams"
+    __table_args__ = (Index("ix_open_streams_bucket", "bucket"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    bucket: Mapped[str] = mapped_column(String(96))  # the key, as in rate_windows
+    job_id: Mapped[int] = mapped_column(BigId)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class AuditEntry(Base):

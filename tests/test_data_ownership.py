@@ -20,6 +20,7 @@ from shared.data_scope import OWNERS_DIR, owner_folder
 from shared.db import Database
 from shared.errors import quote
 from shared.models import Job
+from shared.owners import unnamed_owner
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import live_api
@@ -35,7 +36,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 def folder_of(key: str) -> str:
-    return f"{OWNERS_DIR}/{owner_folder(hashlib.sha256(key.encode()).hexdigest())}"
+    return f"{OWNERS_DIR}/{owner_folder(unnamed_owner(hashlib.sha256(key.encode()).hexdigest()))}"
 
 
 @pytest.fixture
