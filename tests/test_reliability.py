@@ -108,8 +108,10 @@ def test_a_worker_killed_during_an_outage_between_a_checkpoint_and_its_declarati
     settings_factory: Any, db_url: str, tmp_path: Path
 ) -> None:
     # A lease that outlasts the outage before the kill: the first worker must not give the job up
-    # itself (it would stop the job's process at the end of a lease without a heartbeat).
-    settings = _settings(settings_factory, db_url, lease_s=10.0, heartbeat_s=0.5, retry_backoff_s=0.0)
+    # itself (it would stop the job's process at the end of a lease without a heartbeat). Steps
+    # 11-20, an evaluation and a checkpoint run inside it, so it allows for a loaded machine (10 s
+    # was too short when the suite shared two cores with other work).
+    settings = _settings(settings_factory, db_url, lease_s=30.0, heartbeat_s=0.5, retry_backoff_s=0.0)
     db = Database(settings.database_url)
     outage = DatabaseOutage(db_url, POSTGRES_URL)
     checkpoints_dir = settings.job_dir(1) / "checkpoints"
