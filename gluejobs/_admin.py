@@ -4,14 +4,30 @@ resources are) and sent through the client's own `_one`/`_all`/`_paginate`."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from gluejobs._core import Call, query
-from gluejobs._types import ApiKeyInfo, AuditEntry
+from gluejobs._types import ApiKeyInfo, AuditEntry, Result
 
-if TYPE_CHECKING:
-    from gluejobs.client import AsyncClient, Client
+R = TypeVar("R", bound=Result)
+T = TypeVar("T")
+
+
+class Client(Protocol):
+    """What these resources use of client.Client (named here, so that neither module imports the other)."""
+
+    def _one(self, call: Call, kind: type[R]) -> R: ...
+    def _all(self, call: Call, kind: type[R]) -> builtins.list[R]: ...
+    def _paginate(self, call: Call, item: Callable[[Any], T]) -> Iterator[T]: ...
+
+
+class AsyncClient(Protocol):
+    """What these resources use of client.AsyncClient."""
+
+    async def _one(self, call: Call, kind: type[R]) -> R: ...
+    async def _all(self, call: Call, kind: type[R]) -> builtins.list[R]: ...
+    def _paginate(self, call: Call, item: Callable[[Any], T]) -> AsyncIterator[T]: ...
 
 
 def _create(owner: str, role: str, name: str | None, expires_in_days: float | None, expires_at: Any) -> Call:
