@@ -161,20 +161,26 @@ def test_expired_read_only_and_refused_keys(keyed: Settings, db: Database) -> No
         answer(api.get(f"/v1/jobs/{job['id']}", headers=auth(reader["secret"])), 200)
         for path, body in (("/v1/jobs", {"spec": SPEC}), (f"/v1/jobs/{job['id']}/cancel", None)):
             assert api.post(path, json=body, headers=auth(reader["secret"])).status_code == 403
-        assert (
-            api.post("/v1/keys", json={"owner": "carol"}, headers=auth(reader["secret"])).status_code == 403
-        )
-        assert api.get("/v1/keys", headers=auth(reader["secret"])).status_code == 403
+        as_reader = auth(reader["secret"])
+        assert api.post("/v1/keys", json={"owner": "carol"}, headers=as_reader).status_code == 403
+        assert api.get("/v1/keys", headers=as_reader).status_code == 403
         assert api.get("/v1/audit", headers=auth(CAROL)).status_code == 403
         assert answer(api.get(f"/v1/jobs/{job['id']}", headers=auth(CAROL)), 200)["status"] == "queued"
         # An admin's rerun stays carol's job; its first event names the admin who queued it.
         rerun = answer(api.post(f"/v1/jobs/{job['id']}/rerun", headers=auth(ROOT)), 201)
         answer(api.get(f"/v1/jobs/{rerun['id']}", headers=auth(reader["secret"])), 200)
-        assert events_of(api, rerun["id"])[0]["data"]["actor"] == {
-            "owner": "root",
-            "key": "configured",
-            "key_id": None,
-        }
+        by_root = {"owner": "root", "key": "configured", "key_id": None}
+        assert events_of(api, rerun["id"])[0]["data"]["actor"] == by_root
+
+        # A sweep's jobs name who queued and who cancelled them too.
+        sweep = answer(api.post("/v1/sweeps", json={"spec": SPEC, "seeds": [1]}, headers=auth(CAROL)), 201)
+        answer(api.post(f"/v1/sweeps/{sweep['id']}/cancel", headers=auth(ROOT)), 200)
+        by_carol = {"owner": "carol", "key": "configured", "key_id": None}
+        sweep_events = [e["data"] for e in events_of(api, sweep["job_ids"][0])]
+        assert [(d["status"], d["actor"]) for d in sweep_events] == [
+            ("queued", by_carol),
+            ("cancelled", by_root),
+        ]
 
         # An expiring key works until its time has passed, then gets 401.
         expiring = make_key(api, "erin", expires_in_days=1)
