@@ -5,8 +5,10 @@ Importing this package loads httpx and the standard library only: no pydantic, n
 
 from gluejobs.client import (
     ApiError,
+    ApiKeyInfo,
     Artifact,
     AsyncClient,
+    AuditEntry,
     Checkpoint,
     Client,
     Event,
@@ -22,8 +24,10 @@ from gluejobs.client import (
 
 __all__ = [
     "ApiError",
+    "ApiKeyInfo",
     "Artifact",
     "AsyncClient",
+    "AuditEntry",
     "Checkpoint",
     "Client",
     "Event",

@@ -237,3 +237,35 @@ class FileInfo(Result):
     columns: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo(Result):
+    """A key made over the API (`client.keys`): `secret` is set only in the answer that made it
+    (create, rotate), and is shown nowhere else."""
+
+    id: int = 0
+    name: str = ""
+    owner: str = ""
+    role: str = ""
+    prefix: str = ""
+    created_at: datetime | None = None
+    created_by: str | None = None
+    last_used_at: datetime | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    rotated_from: int | None = None
+    secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class AuditEntry(Result):
+    """One entry of the audit log (`client.audit.list()`): who changed a key or a quota, and when."""
+
+    id: int = 0
+    created_at: datetime | None = None
+    actor: str | None = None
+    actor_key_id: int | None = None
+    action: str = ""
+    target: str = ""
+    data: dict[str, Any] = field(default_factory=dict)

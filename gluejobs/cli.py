@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, research_cli
+from gluejobs import files_cli, job_view, keys_cli, research_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -156,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
 
     research_cli.add_commands(commands, _client_command)
     files_cli.add_commands(commands, _client_command)
+    keys_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -295,6 +296,16 @@ def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
 def _files(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         return files_cli.run_files(args, client)
+
+
+def _keys(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return keys_cli.run_keys(args, client)
+
+
+def _audit(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return keys_cli.run_audit(args, client)
 
 
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
@@ -486,6 +497,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "leaderboard": _leaderboard,
     "rerun": _rerun,
     "files": _files,
+    "keys": _keys,
+    "audit": _audit,
 }
 
 

@@ -41,6 +41,7 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 
+from gluejobs._admin import AsyncAudit, AsyncKeys, Audit, Keys
 from gluejobs._core import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -64,7 +65,9 @@ from gluejobs._files import LocalFile
 from gluejobs._types import (
     TERMINAL_STATUSES,
     ApiError,
+    ApiKeyInfo,
     Artifact,
+    AuditEntry,
     Checkpoint,
     Event,
     FileInfo,
@@ -86,12 +89,17 @@ __all__ = [
     "DOWNLOAD_KINDS",
     "TERMINAL_STATUSES",
     "ApiError",
+    "ApiKeyInfo",
     "Artifact",
+    "AsyncAudit",
     "AsyncClient",
     "AsyncFiles",
     "AsyncJobs",
+    "AsyncKeys",
     "AsyncSweeps",
     "AsyncWorkers",
+    "Audit",
+    "AuditEntry",
     "Checkpoint",
     "Client",
     "Event",
@@ -99,6 +107,7 @@ __all__ = [
     "Files",
     "Job",
     "Jobs",
+    "Keys",
     "Metric",
     "Plan",
     "RetryPolicy",
@@ -294,6 +303,8 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     sweeps = cached_property(lambda client: Sweeps(client))
     files = cached_property(lambda client: Files(client))
     workers = cached_property(lambda client: Workers(client))
+    keys = cached_property(lambda client: Keys(client))  # admin keys only (gluejobs/_admin.py)
+    audit = cached_property(lambda client: Audit(client))
 
     def __enter__(self) -> Client:
         return self
@@ -551,6 +562,8 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     sweeps = cached_property(lambda client: AsyncSweeps(client))
     files = cached_property(lambda client: AsyncFiles(client))
     workers = cached_property(lambda client: AsyncWorkers(client))
+    keys = cached_property(lambda client: AsyncKeys(client))
+    audit = cached_property(lambda client: AsyncAudit(client))
 
     async def __aenter__(self) -> AsyncClient:
         return self

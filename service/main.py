@@ -22,6 +22,7 @@ from service.routes import (
     files,
     health,
     jobs,
+    keys,
     leaderboard,
     prometheus,
     stream,
@@ -107,6 +108,7 @@ def create_app(
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
+    v1.include_router(keys.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = {  # by whether the caller is an admin

@@ -119,6 +119,7 @@ def create_job(
             metadata=body.metadata,
             max_attempts=body.max_attempts,
             owner=principal.owner,
+            actor=principal.actor,
             warnings=warnings,
         )
         if not created:
@@ -131,6 +132,7 @@ def create_job(
         metadata=body.metadata,
         max_attempts=body.max_attempts,
         owner=principal.owner,
+        actor=principal.actor,
         warnings=warnings,
     )
     return JobPublic.model_validate(job)
@@ -178,7 +180,9 @@ def read_job(job: JobDep, session: SessionDep) -> JobPublic:
     response_model=JobPublic,
     responses={409: {"model": ErrorResponse}},
 )
-def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: DataScopeDep) -> JobPublic:
+def rerun_job(
+    job: JobDep, session: SessionDep, settings: SettingsDep, scope: DataScopeDep, principal: PrincipalDep
+) -> JobPublic:
     """Queue the job's exact spec again (same seed), to check that its result can be repeated.
 
     Once both have finished, GET /v1/jobs/{rerun id} says whether the metrics matched. The spec goes
@@ -200,7 +204,8 @@ def rerun_job(job: JobDep, session: SessionDep, settings: SettingsDep, scope: Da
         priority=job.priority,
         metadata={**metadata, "rerun_of": str(job.id)},
         max_attempts=job.max_attempts,
-        owner=job.owner,
+        owner=job.owner,  # an admin's rerun stays its owner's job; the event names the admin
+        actor=principal.actor,
         rerun_of=job.id,
         warnings=warnings,
     )
@@ -220,7 +225,9 @@ def cancel_job(job: JobDep, session: SessionDep, principal: PrincipalDep, respon
 
     409 when the job has already finished.
     """
-    cancelled = jobs_repo.request_cancel(session, job_id=job.id, owner=principal.owner_filter)
+    cancelled = jobs_repo.request_cancel(
+        session, job_id=job.id, owner=principal.owner_filter, actor=principal.actor
+    )
     if cancelled.status == JobStatus.cancelling:
         response.status_code = status.HTTP_202_ACCEPTED
     return JobPublic.model_validate(cancelled)

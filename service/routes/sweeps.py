@@ -86,6 +86,7 @@ def create_sweep(
         metadata=body.metadata,
         max_attempts=body.max_attempts,
         owner=principal.owner,
+        actor=principal.actor,
     )
     return sweep_public(sweep, created)
 
@@ -134,7 +135,9 @@ def cancel_sweep(
 ) -> SweepPublic:
     """Cancel the sweep's unfinished jobs (queued at once, running ones by their workers); finished
     jobs keep their results. 409 when every job had already finished."""
-    jobs = jobs_repo.cancel_sweep(session, sweep_id=sweep.id, owner=principal.owner_filter)
+    jobs = jobs_repo.cancel_sweep(
+        session, sweep_id=sweep.id, owner=principal.owner_filter, actor=principal.actor
+    )
     if any(job.status == JobStatus.cancelling for job in jobs):
         response.status_code = status.HTTP_202_ACCEPTED
     return sweep_public(jobs_repo.get_sweep(session, sweep_id=sweep.id), jobs)

@@ -33,6 +33,8 @@ class NewJob(TypedDict, total=False):
     max_attempts: int  # default 3
     owner: str | None
     warnings: list[str]  # what the API accepted with a word of warning
+    # Who created it (service/auth.Principal.actor: owner, key label, key id), for its first event.
+    actor: dict[str, Any] | None
 
 
 def create_job(session: Session, *, rerun_of: int | None = None, **job: Unpack[NewJob]) -> Job:
@@ -62,7 +64,7 @@ def _add_job(
     session.flush()
     link_files(session, job=job, uploaded=spec.get("uploaded_files") or {})
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
-    _transition(session, job, JobStatus.queued, message)
+    _transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")))
     return job
 
 
@@ -153,19 +155,28 @@ def find_job(session: Session, *, job_id: int) -> Job | None:
         return session.get(Job, job_id)
 
 
-def request_cancel(session: Session, *, job_id: int, owner: str | None = None) -> Job:
-    """Queued jobs are cancelled at once; running ones become `cancelling` until their worker stops them."""
+def request_cancel(
+    session: Session, *, job_id: int, owner: str | None = None, actor: dict[str, Any] | None = None
+) -> Job:
+    """Queued jobs are cancelled at once; running ones become `cancelling` until their worker stops
+    them. `actor` (who asked) goes into the event that says so."""
     with write(session):
         job = _owned(session, Job, job_id, owner, lock=True)
         if job.status.is_terminal:
             raise Conflict(f"job {job_id} has already finished ({job.status})")
-        _cancel(session, job, utcnow())
+        _cancel(session, job, utcnow(), actor)
     return job
 
 
-def _cancel(session: Session, job: Job, now: datetime) -> None:
+def _cancel(session: Session, job: Job, now: datetime, actor: dict[str, Any] | None = None) -> None:
+    data = _by(actor)
     if job.status == JobStatus.queued:
-        _transition(session, job, JobStatus.cancelled, "job cancelled before it started", now=now)
+        _transition(session, job, JobStatus.cancelled, "job cancelled before it started", now=now, data=data)
     elif job.status == JobStatus.running:
-        _transition(session, job, JobStatus.cancelling, "cancellation requested", now=now)
+        _transition(session, job, JobStatus.cancelling, "cancellation requested", now=now, data=data)
     job.cancel_requested_at = job.cancel_requested_at or now
+
+
+def _by(actor: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An event's data naming who acted (never a secret: the principal's owner, key label and id)."""
+    return {"actor": actor} if actor else None

@@ -37,6 +37,7 @@ def create_sweep(
     metadata: dict[str, Any] | None = None,
     max_attempts: int = 3,
     owner: str | None = None,
+    actor: dict[str, Any] | None = None,
 ) -> tuple[Sweep, list[Job]]:
     """The sweep and all its jobs in one transaction: either every combination is queued or none."""
     metadata = metadata or {}
@@ -52,6 +53,7 @@ def create_sweep(
                 metadata={**metadata, "sweep_id": str(sweep.id), "sweep_configuration": job.configuration},
                 max_attempts=max_attempts,
                 owner=owner,
+                actor=actor,
                 sweep_id=sweep.id,
                 warnings=list(job.warnings),
             )
@@ -88,7 +90,9 @@ def list_sweep_jobs(session: Session, *, sweep_ids: Sequence[int]) -> list[Job]:
         return list(session.scalars(select(Job).where(Job.sweep_id.in_(sweep_ids)).order_by(Job.id)))
 
 
-def cancel_sweep(session: Session, *, sweep_id: int, owner: str | None = None) -> list[Job]:
+def cancel_sweep(
+    session: Session, *, sweep_id: int, owner: str | None = None, actor: dict[str, Any] | None = None
+) -> list[Job]:
     """Cancel the sweep's unfinished jobs as POST /v1/jobs/{id}/cancel would; its jobs afterwards.
 
     Conflict when every job had already finished.
@@ -103,7 +107,7 @@ def cancel_sweep(session: Session, *, sweep_id: int, owner: str | None = None) -
         if not unfinished:
             raise Conflict(f"sweep {sweep_id} has already finished: all its {len(jobs)} jobs have ended")
         for job in unfinished:
-            _cancel(session, job, now)
+            _cancel(session, job, now, actor)
         sweep.cancel_requested_at = sweep.cancel_requested_at or now
     return jobs
 
