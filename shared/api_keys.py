@@ -44,36 +44,60 @@ def create_key(
     rotated_from: int | None = None,
 ) -> tuple[ApiKey, str]:
     """A new key and its secret (returned once, never stored), with its audit entry."""
-    secret = new_secret()
     with write(session):
-        ensure_owner(session.connection(), owner)
-        key = ApiKey(
-            name=name,
+        return _insert_key(
+            session,
             owner=owner,
             role=role,
-            prefix=secret[:PREFIX_CHARS],
-            digest=secret_digest(secret),
-            created_by=actor,
+            name=name,
             expires_at=expires_at,
-            rotated_from=rotated_from,
-        )
-        session.add(key)
-        session.flush()
-        audit.record(
-            session,
             actor=actor,
             actor_key_id=actor_key_id,
-            action="key.rotate" if rotated_from else "key.create",
-            target=f"key {key.id}",
-            data={
-                "owner": owner,
-                "role": str(role),
-                "name": name,
-                "prefix": key.prefix,
-                "expires_at": expires_at.isoformat() if expires_at else None,
-                **({"replaces": rotated_from} if rotated_from else {}),
-            },
+            rotated_from=rotated_from,
         )
+
+
+def _insert_key(
+    session: Session,
+    *,
+    owner: str,
+    role: KeyRole,
+    name: str,
+    expires_at: datetime | None,
+    actor: str | None,
+    actor_key_id: int | None,
+    rotated_from: int | None,
+) -> tuple[ApiKey, str]:
+    """The key's row and its audit entry, inside the caller's write transaction."""
+    secret = new_secret()
+    ensure_owner(session.connection(), owner)
+    key = ApiKey(
+        name=name,
+        owner=owner,
+        role=role,
+        prefix=secret[:PREFIX_CHARS],
+        digest=secret_digest(secret),
+        created_by=actor,
+        expires_at=expires_at,
+        rotated_from=rotated_from,
+    )
+    session.add(key)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        actor_key_id=actor_key_id,
+        action="key.rotate" if rotated_from else "key.create",
+        target=f"key {key.id}",
+        data={
+            "owner": owner,
+            "role": str(role),
+            "name": name,
+            "prefix": key.prefix,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            **({"replaces": rotated_from} if rotated_from else {}),
+        },
+    )
     return key, secret
 
 
@@ -100,38 +124,44 @@ def revoke_key(
 ) -> ApiKey:
     """Revoke a key (the next request with it gets 401, on every API process)."""
     with write(session):
-        key = session.get(ApiKey, key_id, with_for_update=True)
-        if key is None:
-            raise NotFound(f"key {key_id} not found")
-        if key.revoked_at is not None:
-            raise Conflict(f"key {key_id} was revoked at {key.revoked_at.isoformat()}")
-        key.revoked_at = utcnow()
-        audit.record(
-            session,
-            actor=actor,
-            actor_key_id=actor_key_id,
-            action="key.revoke",
-            target=f"key {key.id}",
-            data={"owner": key.owner, "name": key.name, "prefix": key.prefix},
-        )
+        return _revoke(session, key_id=key_id, actor=actor, actor_key_id=actor_key_id)
+
+
+def _revoke(session: Session, *, key_id: int, actor: str | None, actor_key_id: int | None) -> ApiKey:
+    key = session.get(ApiKey, key_id, with_for_update=True)
+    if key is None:
+        raise NotFound(f"key {key_id} not found")
+    if key.revoked_at is not None:
+        raise Conflict(f"key {key_id} was revoked at {key.revoked_at.isoformat()}")
+    key.revoked_at = utcnow()
+    audit.record(
+        session,
+        actor=actor,
+        actor_key_id=actor_key_id,
+        action="key.revoke",
+        target=f"key {key.id}",
+        data={"owner": key.owner, "name": key.name, "prefix": key.prefix},
+    )
     return key
 
 
 def rotate_key(
     session: Session, *, key_id: int, actor: str | None, actor_key_id: int | None = None
 ) -> tuple[ApiKey, str]:
-    """A new key for the same owner, role, name and expiry; the old one is revoked at once."""
-    old = revoke_key(session, key_id=key_id, actor=actor, actor_key_id=actor_key_id)
-    return create_key(
-        session,
-        owner=old.owner,
-        role=KeyRole(old.role),
-        name=old.name,
-        expires_at=old.expires_at,
-        actor=actor,
-        actor_key_id=actor_key_id,
-        rotated_from=old.id,
-    )
+    """A new key for the same owner, role, name and expiry; the old one is revoked in the same
+    transaction, so a failed rotation leaves the old key working."""
+    with write(session):
+        old = _revoke(session, key_id=key_id, actor=actor, actor_key_id=actor_key_id)
+        return _insert_key(
+            session,
+            owner=old.owner,
+            role=KeyRole(old.role),
+            name=old.name,
+            expires_at=old.expires_at,
+            actor=actor,
+            actor_key_id=actor_key_id,
+            rotated_from=old.id,
+        )
 
 
 def find_live_key(session: Session, digest: str) -> ApiKey | None:
