@@ -66,7 +66,7 @@ def ordered_candidates(
     conditions: Sequence[ColumnElement[bool]],
     *,
     over_hours: Sequence[str] = (),
-) -> Select[tuple[int]]:
+) -> Select[Any]:
     """Job ids matching `conditions`, in the claim's order, with the quota filters applied."""
     query = select(Job.id).where(*conditions)
     if over_hours:

@@ -91,8 +91,10 @@ def device_hours_24h(
         query = query.where(Job.owner.in_(list(owners)))
     used: dict[str, float] = {}
     for owner, processes, started, finished in session.execute(query):
+        if started is None or owner is None:
+            continue
         start, end = max(started, since), min(finished or now, now)
-        if end > start and owner is not None:
+        if end > start:
             used[owner] = used.get(owner, 0.0) + processes * (end - start).total_seconds() / 3600
     return used
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, exists, or_, select, update
 from sqlalchemy.orm import Session
@@ -27,9 +28,7 @@ from shared.models import Job, JobStatus, Worker, WorkerState
 LIVE_STATES = (WorkerState.idle, WorkerState.busy)
 
 
-def worker_alive(
-    worker_id: ColumnElement[str] | str, *, now: datetime, lease_s: float
-) -> ColumnElement[bool]:
+def worker_alive(worker_id: Any, *, now: datetime, lease_s: float) -> ColumnElement[bool]:
     """The worker row exists, takes work, and was heard from within a lease."""
     return exists(
         select(Worker.id).where(
