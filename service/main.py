@@ -24,6 +24,7 @@ from service.routes import (
     health,
     jobs,
     leaderboard,
+    owners,
     prometheus,
     stream,
     submissions,
@@ -110,6 +111,7 @@ def create_app(
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
+    v1.include_router(owners.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = {  # by whether the caller is an admin

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
@@ -77,6 +77,13 @@ class HeadlineMetric(BaseModel):
     best: float | None = Field(description="The best evaluation's value")
 
 
+class WaitingFor(BaseModel):
+    """Why a queued job is held back (shared/waiting.py)."""
+
+    reason: Literal["quota", "reservation", "devices", "retry_backoff"]
+    message: str = Field(description="e.g. alice holds 1 of 1 devices (max_devices)")
+
+
 class JobPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -115,6 +122,11 @@ class JobPublic(BaseModel):
         default=None,
         description="Reproducibility record of the latest attempt: versions, device, sha256 of data and "
         "weights, the resolved spec",
+    )
+    waiting_for: WaitingFor | None = Field(
+        default=None,
+        description="A queued job held back: its owner's quota, a reservation, devices no worker has "
+        "free, or a retry's backoff; null otherwise",
     )
     reproduction: dict[str, Any] | None = Field(
         default=None,

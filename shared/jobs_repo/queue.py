@@ -11,9 +11,12 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from shared.db import read, write
+from shared.fair_share import ClaimPolicy, ordered_candidates
 from shared.jobs_repo.claims import Claim, _current, _held_by
 from shared.jobs_repo.events import _transition
+from shared.jobs_repo.reservations import drop_reservation, my_reservation, reserve_wide_job
 from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
+from shared.quotas import owners_over_hours
 from shared.resilience import retry_delay_s
 
 
@@ -32,33 +35,74 @@ def queued_wider_than(session: Session, *, processes: int) -> list[int]:
 
 
 def claim_next(
-    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+    session: Session,
+    *,
+    worker_id: str,
+    lease_s: float,
+    max_processes: int | None = None,
+    capacity: int | None = None,
+    policy: ClaimPolicy | None = None,
 ) -> Job | None:
-    """Claim the next claimable job (priority, then age) in one atomic statement, or None.
+    """Claim the next claimable job in the order of `policy` (shared/fair_share.py: fair share,
+    priority, age; without a policy: priority, then age), or None.
 
-    A job is claimable when queued and past its `not_before` (a retry's backoff). With
-    max_processes (the worker's free devices or CPU slots), only a job whose num_processes fits is
-    claimed; a bigger one waits for a worker with that many free.
+    A job is claimable when queued, past its `not_before` (a retry's backoff), and within its owner's
+    quotas. With max_processes (the worker's free devices or CPU slots), only a job whose
+    num_processes fits is claimed. With capacity (all the worker's devices) and a policy with
+    reservations, a wide job that has waited long enough reserves this worker (reservations.py):
+    it then claims nothing else until that job fits.
 
     Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
-    SQLite a write transaction would serialise against the API's writes). Then Postgres picks the
-    row with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job without
-    waiting; SQLite runs the statement under its single write lock. Both re-check the status.
+    SQLite a write transaction would serialise against the API's writes). Then one UPDATE picks the
+    row, on Postgres with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job
+    without waiting; SQLite runs the statement under its single write lock. Both re-check the status.
     """
+    policy = policy or ClaimPolicy()
     now = utcnow()
     claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
-    if max_processes is not None:
-        claimable.append(Job.num_processes <= max_processes)
+    widest = capacity if capacity is not None else max_processes
+    fits = [Job.num_processes <= widest] if widest is not None else []
     with read(session):
-        candidate = session.scalars(select(Job.id).where(*claimable).limit(1)).first()
-    if candidate is None:
-        return None
+        if session.scalars(select(Job.id).where(*claimable, *fits).limit(1)).first() is None:
+            return None
+        over_hours = owners_over_hours(session, policy.quotas, now=now)
+    if capacity is not None and max_processes is not None and policy.reservation_after_s is not None:
+        reserved = my_reservation(session, worker_id=worker_id)
+        if reserved is not None:
+            mine = [*claimable, Job.id == reserved.id, Job.num_processes <= max_processes]
+            job = _claim_one(session, policy, mine, over_hours, worker_id, lease_s, now)
+            if job is not None or reserved.num_processes > max_processes:
+                return job  # started, or this worker keeps its devices for it
+            drop_reservation(session, job_id=reserved.id, worker_id=worker_id)  # held back by quota
+        elif reserve_wide_job(
+            session,
+            worker_id=worker_id,
+            free=max_processes,
+            capacity=capacity,
+            policy=policy,
+            claimable=claimable,
+            over_hours=over_hours,
+            now=now,
+        ):
+            return None
+    fits = [Job.num_processes <= max_processes] if max_processes is not None else []
+    return _claim_one(session, policy, [*claimable, *fits], over_hours, worker_id, lease_s, now)
+
+
+def _claim_one(
+    session: Session,
+    policy: ClaimPolicy,
+    conditions: list[Any],
+    over_hours: Sequence[str],
+    worker_id: str,
+    lease_s: float,
+    now: datetime,
+) -> Job | None:
+    """The claim's one UPDATE: the first job matching `conditions` in the policy's order."""
     next_id = (
-        select(Job.id)
-        .where(*claimable)
-        .order_by(Job.priority.desc(), Job.id)
+        ordered_candidates(policy, conditions, over_hours=over_hours)
         .limit(1)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, of=Job)
         .scalar_subquery()
     )
     statement = (
@@ -72,6 +116,8 @@ def claim_next(
             lease_expires_at=now + timedelta(seconds=lease_s),
             updated_at=now,
             not_before=None,
+            reserved_by=None,
+            reserved_at=None,
         )
         .returning(Job)
         .execution_options(synchronize_session=False)
