@@ -9,6 +9,7 @@ Retry-After gains nothing by hammering. A fixed window lets a key make up to twi
 a minute's boundary; that is the price of one row and one statement per request (a sliding window
 would need a row per request, or two reads).
 
+The count costs each request one statement (measured in the README: bench/rate_limit_bench.py).
 Rows older than the last minute are deleted by the first request each process counts in a new
 minute (one statement a minute per process, over a table of a few rows per active key).
 
@@ -57,7 +58,7 @@ class RateLimits:
         """None when both limits are off (0): nothing to count."""
         if not settings.rate_submits_per_minute and not settings.rate_reads_per_minute:
             return None
-        return cls(db, settings.rate_submits_per_minute, settings.rate_reads_per_minute)
+        return cls(counting_database(db), settings.rate_submits_per_minute, settings.rate_reads_per_minute)
 
     def count(self, bucket: str, *, write: bool) -> None:
         """Count one request of the key `bucket`; RateLimited when it is over its limit."""
@@ -82,6 +83,19 @@ class RateLimits:
                 f"try again in {retry_after_s} s",
                 retry_after_s=retry_after_s,
             )
+
+
+def counting_database(db: Database) -> Database:
+    """Where the counts are written. Postgres: an engine of their own whose statements commit as they
+    run (no BEGIN and COMMIT round trips) and do not wait for the WAL to reach the disk (a count lost
+    in a crash costs nothing): the upsert is one round trip that no fsync holds up. SQLite's commits
+    in WAL mode do not sync the disk (synchronous=NORMAL), and a second engine would only add a
+    second writer for the file's one lock: the API's own engine."""
+    if db.dialect != "postgresql":
+        return db
+    return Database(
+        db.url, isolation_level="AUTOCOMMIT", connect_args={"options": "-c synchronous_commit=off"}
+    )
 
 
 def _increment(connection: Connection, bucket: str, window: int) -> int:

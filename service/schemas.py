@@ -89,6 +89,9 @@ class JobPublic(BaseModel):
 
     id: int
     status: JobStatus
+    owner: str | None = Field(
+        default=None, description="The owner whose key created it (a person or a team); null without auth"
+    )
     spec: dict[str, Any] = Field(description="The resolved spec: defaults filled in, seed recorded")
     priority: int
     metadata: dict[str, Any] = Field(validation_alias="metadata_")

@@ -338,7 +338,7 @@ async function jobsView(view, params) {
         h("td", {}, statusBadge(job.status)),
         h("td", {}, taskOf(job)),
         h("td", {}, job.spec.model_name_or_path),
-        h("td", { class: "num" }, headline(job)),
+        h("td", { class: "num metric" }, headline(job)),
         h("td", {}, progressCell(job, totals[i])),
         h("td", {}, duration(job)),
         h("td", { class: "muted" }, when(job.created_at)))));
