@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, research_cli
+from gluejobs import files_cli, job_view, owners_cli, research_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -156,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
 
     research_cli.add_commands(commands, _client_command)
     files_cli.add_commands(commands, _client_command)
+    owners_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -297,6 +298,11 @@ def _files(args: argparse.Namespace, _extra: list[str]) -> int:
         return files_cli.run_files(args, client)
 
 
+def _owners(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return owners_cli.run_owners(args, client)
+
+
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
     with _client(args) as client:
         return research_cli.run_glue_zip(args, extra, client)
@@ -338,7 +344,7 @@ def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
         print_json([job.raw for job in jobs])
         return 0
     rows = [job_view.ls_row(job) for job in jobs]
-    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT)))
+    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT) + job_view.waiting_lines(jobs)))
     return 0
 
 
@@ -486,6 +492,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "leaderboard": _leaderboard,
     "rerun": _rerun,
     "files": _files,
+    "owners": _owners,
 }
 
 

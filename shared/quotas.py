@@ -99,12 +99,19 @@ def device_hours_24h(
     return used
 
 
-def owners_over_hours(session: Session, defaults: QuotaDefaults, *, now: datetime | None = None) -> list[str]:
+def owners_over_hours(
+    session: Session,
+    defaults: QuotaDefaults,
+    *,
+    now: datetime | None = None,
+    rows: Iterable[Owner] | None = None,
+) -> list[str]:
     """Owners at or over their device-hours quota (the claim skips them). Without any such limit
-    (no default, no owner's own) this is one read of the owners table and nothing more."""
+    (no default, no owner's own) this is one read of the owners table (`rows`, when the caller has
+    read them) and nothing more."""
     limited = {
         owner.name: owner.max_device_hours_per_day
-        for owner in session.scalars(select(Owner))
+        for owner in (rows if rows is not None else session.scalars(select(Owner)))
         if owner.max_device_hours_per_day is not None
     }
     if defaults.max_device_hours_per_day is None and not limited:

@@ -3,11 +3,16 @@ and sets what, the audit entry, 422 and 429 storing nothing, and `waiting_for` o
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from gluejobs import AsyncClient, Client
+from gluejobs.cli import main as cli
 from shared import audit, jobs_repo
 from shared.config import Settings
 from shared.db import Database
@@ -132,3 +137,58 @@ def test_waiting_for_names_the_quota_on_one_job_and_in_lists(api: httpx.Client, 
     assert listed == {ids[0]: None, ids[1]: waiting}
     wide = api.post("/v1/jobs", json={"spec": {**SPEC, "num_processes": 4}}, headers=auth(BOB)).json()
     assert wide["waiting_for"] == {"reason": "devices", "message": "needs 4 devices; no worker has that many"}
+
+
+def test_client_and_cli_list_and_set_owners(
+    settings_factory: Any, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings: Settings = settings_factory(sqlite_url, api_keys=[ALICE], admin_keys=[ROOT])
+    with live_api(settings) as api:
+        url = str(api.base_url)
+        root_key, alice_key = ROOT.split("=", 1)[1], ALICE.split("=", 1)[1]
+        with Client(url, api_key=root_key) as client:
+            owner = client.owners.update("alice", max_devices=2, share=3)
+            assert (owner.name, owner.share, owner.quota["max_devices"]) == ("alice", 3, 2)
+            assert {o.name for o in client.owners.list()} >= {"alice", "root"}
+            with pytest.raises(TypeError, match="max_gpus"):
+                client.owners.update("alice", max_gpus=1)
+
+        async def alice_sees() -> list[str]:
+            async with AsyncClient(url, api_key=alice_key) as client:
+                return [o.name for o in await client.owners.list()]
+
+        assert asyncio.run(alice_sees()) == ["alice"]
+        capsys.readouterr()
+        assert (
+            cli(
+                [
+                    "owners",
+                    "set",
+                    "alice",
+                    "--max-devices",
+                    "default",
+                    "--max-queued",
+                    "7",
+                    "--url",
+                    url,
+                    "--api-key",
+                    root_key,
+                ]
+            )
+            == 0
+        )
+        line = capsys.readouterr().out
+        assert "alice  share 3" in line and "max_devices no limit" in line and "max_queued 7" in line
+        assert cli(["owners", "ls", "--json", "--url", url, "--api-key", alice_key]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert [(o["name"], o["quota"]["max_queued"], o["quota_source"]["max_queued"]) for o in listed] == [
+            ("alice", 7, "owner")
+        ]
+        assert cli(["owners", "set", "alice", "--share", "2", "--url", url, "--api-key", alice_key]) == 2
+        assert "admin" in capsys.readouterr().err
+        api.patch("/v1/owners/alice", json={"max_devices": 0}, headers=auth(ROOT))
+        job_id = _submit(api, ALICE).json()["id"]
+        assert cli(["show", str(job_id), "--url", url, "--api-key", alice_key]) == 0
+        assert "waiting for  quota: alice holds 0 of 0 devices (max_devices)" in capsys.readouterr().out
+        assert cli(["ls", "--url", url, "--api-key", alice_key]) == 0
+        assert f"job {job_id} waits for quota: alice holds 0 of 0 devices" in capsys.readouterr().out

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, exists, or_, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.fair_share import ClaimPolicy, ordered_candidates
+from shared.db import write
+from shared.fair_share import ClaimPolicy, first_claimable, plan_claim
 from shared.jobs_repo.events import LOG, _event
 from shared.models import Job, JobStatus, Worker, WorkerState
 
@@ -46,50 +46,42 @@ def reservation_void(*, now: datetime, lease_s: float) -> ColumnElement[bool]:
 
 
 def my_reservation(session: Session, *, worker_id: str) -> Job | None:
-    """The queued job this worker has reserved, if any."""
-    with read(session):
-        return session.scalars(
-            select(Job).where(Job.reserved_by == worker_id, Job.status == JobStatus.queued).limit(1)
-        ).first()
+    """The queued job this worker has reserved, if any (inside the caller's read)."""
+    return session.scalars(
+        select(Job).where(Job.reserved_by == worker_id, Job.status == JobStatus.queued).limit(1)
+    ).first()
 
 
-def reserve_wide_job(
-    session: Session,
-    *,
-    worker_id: str,
-    free: int,
-    capacity: int,
-    policy: ClaimPolicy,
-    claimable: Sequence[ColumnElement[bool]],
-    over_hours: Sequence[str],
-    now: datetime,
-) -> int | None:
-    """Reserve this worker for the first (in the claim's order) queued job that needs more devices
-    than it has free but no more than it has, has waited past the bound, and has no live
-    reservation; its id, or None. One UPDATE; on Postgres the row is taken FOR UPDATE SKIP LOCKED,
-    so two workers never reserve one job."""
+def wide_job_conditions(
+    *, free: int, capacity: int, policy: ClaimPolicy, claimable: Sequence[Any], now: datetime
+) -> list[Any] | None:
+    """What a job this worker may reserve matches: it needs more devices than the worker has free
+    but no more than it has, has waited past the bound, and has no live reservation. None when this
+    worker can reserve nothing (reservations off, or all its devices free)."""
     if policy.reservation_after_s is None or capacity <= free:
         return None
-    conditions = [
+    return [
         *claimable,
         Job.num_processes > free,
         Job.num_processes <= capacity,
         Job.created_at <= now - timedelta(seconds=policy.reservation_after_s),
         reservation_void(now=now, lease_s=policy.lease_s),
     ]
-    with read(session):  # usually there is none: no write lock then
-        if session.scalars(select(Job.id).where(*conditions).limit(1)).first() is None:
-            return None
-    target = (
-        ordered_candidates(policy, conditions, over_hours=over_hours)
-        .limit(1)
-        .with_for_update(skip_locked=True, of=Job)
-        .scalar_subquery()
-    )
+
+
+def reserve_wide_job(
+    session: Session, *, worker_id: str, policy: ClaimPolicy, conditions: Sequence[Any], now: datetime
+) -> int | None:
+    """Reserve this worker for the first job (in the claim's order) matching `conditions`
+    (wide_job_conditions); its id, or None. One short write transaction; on Postgres the row is
+    taken FOR UPDATE SKIP LOCKED, so two workers never reserve one job."""
     with write(session):
+        job_id = first_claimable(session, plan_claim(session, policy, now=now), conditions)
+        if job_id is None:
+            return None
         job = session.execute(
             update(Job)
-            .where(Job.id == target, Job.status == JobStatus.queued)
+            .where(Job.id == job_id, Job.status == JobStatus.queued)
             .values(reserved_by=worker_id, reserved_at=now)
             .returning(Job.id, Job.num_processes)
             .execution_options(synchronize_session=False)
