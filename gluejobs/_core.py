@@ -5,9 +5,11 @@ and the bookkeeping that carries a stream across dropped connections and API out
 adds the I/O, a few lines per client class; everything here is tested without a network.
 
 Retry rules (after openai-python's `_should_retry`/`_calculate_retry_timeout`):
-- 429 and 503 say "not now, come back later": the server did nothing, so any request is sent
-  again, after the `Retry-After` it asks for (seconds or an HTTP date, capped at
-  RETRY_AFTER_MAX_S) or the client's own backoff, whichever is longer;
+- 429 and 503 say "not now, come back later" (a rate limit, a quota of dry runs, a database
+  away): the server did nothing, so any request is sent again, after the `Retry-After` it asks for
+  (seconds or an HTTP date, capped at RETRY_AFTER_MAX_S per wait, so `retries` bounds the whole
+  wait) or the client's own backoff, whichever is longer; once the retries are spent, the error
+  says how many tries were refused;
 - 500, 502, 504 and a connection lost after the request went out may have reached the server:
   only requests that are safe to repeat are sent again (reads, and `create`, whose Idempotency-Key
   makes a repeat answer with the job the first try made);
@@ -288,7 +290,12 @@ class Retry:
 
     def fail(self, outcome: Answer | Exception) -> NoReturn:
         if isinstance(outcome, Answer):
-            raise outcome.error()
+            error = outcome.error()
+            if outcome.status_code in RETRY_LATER and self.failures > 1:
+                # Waited for as asked, and still refused: say so, or it reads like a first refusal.
+                waited = f"still refused after {self.failures} tries (retries={self._policy.retries})"
+                raise ApiError(error.status_code, error.code, f"{error.message}; {waited}", error.field)
+            raise error
         if isinstance(outcome, httpx.DecodingError):  # a body its own Content-Encoding cannot undo
             message = f"the answer to {self.call.method} {self.call.path} could not be decoded: {outcome}"
             raise ApiError(0, "invalid_answer", message) from outcome

@@ -88,6 +88,8 @@ class Job(Result):
     sweep_id: int | None = None
     rerun_of: int | None = None
     reproduction: dict[str, Any] | None = None
+    # A queued job held back: {"reason": quota|reservation|devices|retry_backoff, "message": …}.
+    waiting_for: dict[str, str] | None = None
 
     @property
     def finished(self) -> bool:
@@ -195,6 +197,20 @@ class WorkerInfo(Result):
     last_heartbeat_at: datetime | None = None
     stopped_at: datetime | None = None
     jobs: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OwnerInfo(Result):
+    """An owner in GET /v1/owners: what it holds, queues and used, and its effective quota."""
+
+    name: str = ""
+    share: float = 1.0
+    running_jobs: int = 0
+    devices_in_use: int = 0
+    queued_jobs: int = 0
+    device_hours_24h: float = 0.0
+    quota: dict[str, Any] = field(default_factory=dict)  # max_devices, max_queued, max_device_hours_per_day
+    quota_source: dict[str, str] = field(default_factory=dict)  # each: "owner" or "default"
 
 
 @dataclass(frozen=True)

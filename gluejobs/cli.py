@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, keys_cli, research_cli
+from gluejobs import files_cli, job_view, keys_cli, owners_cli, research_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     research_cli.add_commands(commands, _client_command)
     files_cli.add_commands(commands, _client_command)
     keys_cli.add_commands(commands, _client_command)
+    owners_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -308,6 +309,11 @@ def _audit(args: argparse.Namespace, _extra: list[str]) -> int:
         return keys_cli.run_audit(args, client)
 
 
+def _owners(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return owners_cli.run_owners(args, client)
+
+
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
     with _client(args) as client:
         return research_cli.run_glue_zip(args, extra, client)
@@ -349,7 +355,7 @@ def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
         print_json([job.raw for job in jobs])
         return 0
     rows = [job_view.ls_row(job) for job in jobs]
-    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT)))
+    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT) + job_view.waiting_lines(jobs)))
     return 0
 
 
@@ -499,6 +505,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "files": _files,
     "keys": _keys,
     "audit": _audit,
+    "owners": _owners,
 }
 
 

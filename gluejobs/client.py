@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
 
 import httpx
 
@@ -73,6 +74,7 @@ from gluejobs._types import (
     FileInfo,
     Job,
     Metric,
+    OwnerInfo,
     Plan,
     Result,
     StreamEvent,
@@ -96,6 +98,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncJobs",
     "AsyncKeys",
+    "AsyncOwners",
     "AsyncSweeps",
     "AsyncWorkers",
     "Audit",
@@ -109,6 +112,8 @@ __all__ = [
     "Jobs",
     "Keys",
     "Metric",
+    "OwnerInfo",
+    "Owners",
     "Plan",
     "RetryPolicy",
     "StreamEvent",
@@ -305,6 +310,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     workers = cached_property(lambda client: Workers(client))
     keys = cached_property(lambda client: Keys(client))  # admin keys only (gluejobs/_admin.py)
     audit = cached_property(lambda client: Audit(client))
+    owners = cached_property(lambda client: Owners(client))
 
     def __enter__(self) -> Client:
         return self
@@ -541,6 +547,30 @@ class Files:
         return target
 
 
+def _owner_update(name: str, quota: Mapping[str, Any]) -> Call:
+    """PATCH /v1/owners/{name}: only the fields given (None: back to the configured default)."""
+    unknown = set(quota) - set(OWNER_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown owner setting(s) {sorted(unknown)}; expected {', '.join(OWNER_FIELDS)}")
+    return Call("PATCH", f"/v1/owners/{quote(name, safe='')}", json=dict(quota))
+
+
+OWNER_FIELDS = ("share", "max_devices", "max_queued", "max_device_hours_per_day")
+
+
+class Owners:
+    """`client.owners`: the queue by owner, and (admin keys) each owner's share and quotas."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> builtins.list[OwnerInfo]:
+        return self._c._all(Call("GET", "/v1/owners"), OwnerInfo)
+
+    def update(self, name: str, **quota: Any) -> OwnerInfo:
+        return self._c._one(_owner_update(name, quota), OwnerInfo)
+
+
 class Workers:
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -564,6 +594,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     workers = cached_property(lambda client: AsyncWorkers(client))
     keys = cached_property(lambda client: AsyncKeys(client))
     audit = cached_property(lambda client: AsyncAudit(client))
+    owners = cached_property(lambda client: AsyncOwners(client))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -773,6 +804,17 @@ class AsyncFiles:
         target = Path(dest)
         await self._c._send(Call("GET", f"/v1/files/{file_id}/content"), into=lambda _h: new_file(target))
         return target
+
+
+class AsyncOwners:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def list(self) -> builtins.list[OwnerInfo]:
+        return await self._c._all(Call("GET", "/v1/owners"), OwnerInfo)
+
+    async def update(self, name: str, **quota: Any) -> OwnerInfo:
+        return await self._c._one(_owner_update(name, quota), OwnerInfo)
 
 
 class AsyncWorkers:

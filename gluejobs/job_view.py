@@ -36,6 +36,16 @@ def ls_row(job: Job) -> list[str]:
     ]
 
 
+def waiting(reason: dict[str, str]) -> str:
+    """A queued job's waiting_for, as one phrase: "quota: alice holds 1 of 1 devices (max_devices)"."""
+    return f"{reason.get('reason')}: {reason.get('message')}"
+
+
+def waiting_lines(jobs: list[Job]) -> list[str]:
+    """`gluejobs ls`, under its table: why each queued job shown is held back."""
+    return [f"job {job.id} waits for {waiting(job.waiting_for)}" for job in jobs if job.waiting_for]
+
+
 def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
     """`gluejobs show`: what the job is and did, then its spec, each block's values in one column."""
     head: list[tuple[str, Any]] = [
@@ -72,6 +82,8 @@ def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
     if job.error:
         head.append(("error", f"{job.error_code or 'failed'}: {job.error.splitlines()[0]}"))
     head += [("warning", warning) for warning in job.warnings]
+    if job.waiting_for:
+        head.append(("waiting for", waiting(job.waiting_for)))
     lines = [f"job {job.id}: {job.status} (attempt {job.attempts} of {job.max_attempts})"]
     lines += aligned(head)
     lines.append("spec")

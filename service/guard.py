@@ -7,6 +7,8 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
 - a /v1 request without a valid key gets 401 at once, so an anonymous 100 MiB upload costs the API
   nothing but the headers; the caller found here (service/auth.py) is what routes see
   (`request.state.principal`), and a read-only key's state-changing request gets 403;
+- a key over its rate limit gets 429 with Retry-After (service/rate_limits.py: counted in the
+  database, in the same thread call as the key's lookup; the health routes are outside /v1);
 - a body is capped by the bytes actually received, not by trusting Content-Length: a declared
   length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
   uploads have no Content-Length) stops being read and gets 413;
@@ -32,11 +34,12 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import KeyRing
+from service.auth import KeyRing, Principal
 from service.errors import error_response
 from service.origins import SAFE_METHODS, HostRules
 from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE
-from shared.errors import Unauthorized
+from service.rate_limits import RateLimits
+from shared.errors import Forbidden, RateLimited, Unauthorized
 from shared.resilience import is_transient
 
 PROTECTED_PREFIX = "/v1"
@@ -60,6 +63,7 @@ class RequestGuard:
         max_body_bytes: int,
         body_timeout_s: float,
         max_upload_bytes: int,
+        limits: RateLimits | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
@@ -67,6 +71,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.max_upload_bytes = max_upload_bytes
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -90,10 +95,13 @@ class RequestGuard:
         path: str = scope["path"]
         if path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"):
             try:
-                # A stored key is a database read: in a thread, as a sync route would be.
-                principal = await anyio.to_thread.run_sync(self.keys.principal, headers.get("authorization"))
-            except Unauthorized as exc:
-                await self._refuse(401, exc.code, exc.message, scope, receive, send)
+                # A stored key and the rate count are database work: in a thread, as a sync route's.
+                principal = await anyio.to_thread.run_sync(
+                    self._admit, headers.get("authorization"), scope["method"]
+                )
+            except (Unauthorized, Forbidden, RateLimited) as exc:
+                retry = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
+                await self._refuse(exc.status_code, exc.code, exc.message, scope, receive, send, retry)
                 return
             except SQLAlchemyError as exc:
                 if not is_transient(exc):
@@ -102,10 +110,6 @@ class RequestGuard:
                 await self._refuse(
                     503, DATABASE_UNAVAILABLE, UNAVAILABLE_MESSAGE, scope, receive, send, headers_503
                 )
-                return
-            if not principal.can_write and scope["method"] not in SAFE_METHODS:
-                message = "this key is read-only: it reads its owner's jobs but changes nothing"
-                await self._refuse(403, "forbidden", message, scope, receive, send)
                 return
             scope.setdefault("state", {})["principal"] = principal
         upload = path == UPLOAD_PATH and scope["method"] == "POST"
@@ -120,6 +124,17 @@ class RequestGuard:
                 await self._refuse(413, "request_too_large", message, scope, receive, send)
                 return
         await self.app(scope, self._capped(receive, limit, upload=upload), send)
+
+    def _admit(self, authorization: str | None, method: str) -> Principal:
+        """The caller, once its key is valid, allowed this method, and within its rate limit (the
+        request counted: service/rate_limits.py); without auth (no bucket) nothing is counted."""
+        principal = self.keys.principal(authorization)
+        write = method not in SAFE_METHODS
+        if write and not principal.can_write:
+            raise Forbidden("this key is read-only: it reads its owner's jobs but changes nothing")
+        if self.limits is not None and principal.bucket:
+            self.limits.count(principal.bucket, write=write)
+        return principal
 
     def _capped(self, receive: Receive, limit: int, *, upload: bool) -> Receive:
         received = 0

@@ -16,6 +16,7 @@ from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
 from service.origins import HostRules
 from service.prometheus import registry_for
+from service.rate_limits import RateLimits, StreamSlots
 from service.routes import (
     artifacts,
     dashboard,
@@ -24,6 +25,7 @@ from service.routes import (
     jobs,
     keys,
     leaderboard,
+    owners,
     prometheus,
     stream,
     submissions,
@@ -89,6 +91,7 @@ def create_app(
     app.state.outage = outage.watch(app.state.db.engine)
     app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
+    app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,
@@ -97,6 +100,7 @@ def create_app(
         max_body_bytes=settings.max_request_bytes,
         body_timeout_s=settings.body_timeout_s,
         max_upload_bytes=settings.max_upload_bytes,
+        limits=RateLimits.from_settings(settings, app.state.db),
     )
 
     v1 = APIRouter(prefix=PROTECTED_PREFIX)
@@ -109,6 +113,7 @@ def create_app(
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
     v1.include_router(keys.router)
+    v1.include_router(owners.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = {  # by whether the caller is an admin

@@ -50,8 +50,10 @@ _COMMON_ERRORS: dict[int, tuple[str, Callable[[str, str, dict[str, Any]], bool]]
     # Every route: the input check refuses NUL characters and lone surrogates in any parameter.
     422: ("Invalid request: the message names the field", lambda _p, _m, _o: True),
     429: (
-        "Too many dry runs at once (GLUEJOBS_MAX_DRY_RUNS): try again after Retry-After",
-        lambda path, method, _o: (path, method) == (f"{PROTECTED_PREFIX}/jobs", "post"),
+        "Not now: this key's rate limit (`rate_limited`: GLUEJOBS_RATE_SUBMITS_PER_MINUTE, "
+        "GLUEJOBS_RATE_READS_PER_MINUTE, GLUEJOBS_MAX_STREAMS_PER_KEY), its owner's quota (`over_quota`), "
+        "or too many dry runs at once (GLUEJOBS_MAX_DRY_RUNS): try again after Retry-After",
+        lambda path, _m, _o: path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"),
     ),
     503: (
         "The database cannot be reached (`database_unavailable`), or the API has no free connection: "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
@@ -77,11 +77,21 @@ class HeadlineMetric(BaseModel):
     best: float | None = Field(description="The best evaluation's value")
 
 
+class WaitingFor(BaseModel):
+    """Why a queued job is held back (shared/waiting.py)."""
+
+    reason: Literal["quota", "reservation", "devices", "retry_backoff"]
+    message: str = Field(description="e.g. alice holds 1 of 1 devices (max_devices)")
+
+
 class JobPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
     status: JobStatus
+    owner: str | None = Field(
+        default=None, description="The owner whose key created it (a person or a team); null without auth"
+    )
     spec: dict[str, Any] = Field(description="The resolved spec: defaults filled in, seed recorded")
     priority: int
     metadata: dict[str, Any] = Field(validation_alias="metadata_")
@@ -115,6 +125,11 @@ class JobPublic(BaseModel):
         default=None,
         description="Reproducibility record of the latest attempt: versions, device, sha256 of data and "
         "weights, the resolved spec",
+    )
+    waiting_for: WaitingFor | None = Field(
+        default=None,
+        description="A queued job held back: its owner's quota, a reservation, devices no worker has "
+        "free, or a retry's backoff; null otherwise",
     )
     reproduction: dict[str, Any] | None = Field(
         default=None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from shared.config import Settings
 from shared.data_checks import check_job_data
 from shared.data_scope import DataScope
+from shared.errors import InvalidRequest
 from shared.metric_rules import greater_is_better
 from shared.model_check import check_model
 from shared.spec import JobSpec, check_paths, check_trackers
@@ -46,6 +47,18 @@ def check_job_spec(
     if warnings is not None:
         warnings += notes
     return checked
+
+
+def check_priority(priority: int, settings: Settings, *, is_admin: bool) -> None:
+    """A priority above GLUEJOBS_MAX_USER_PRIORITY goes before fair share: only admins may set one.
+    Checked by every route that creates jobs (it needs the caller's role, which specs do not carry)."""
+    limit = settings.max_user_priority
+    if priority > limit and not is_admin:
+        raise InvalidRequest(
+            f"priority {priority} is above {limit}, the highest a non-admin key may set "
+            "(GLUEJOBS_MAX_USER_PRIORITY; higher priorities go before fair share and need an admin key)",
+            field="priority",
+        )
 
 
 def spec_warnings(spec: JobSpec) -> list[str]:

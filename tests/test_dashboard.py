@@ -358,7 +358,7 @@ def test_a_running_jobs_page_draws_every_row_there_is_and_its_log_as_a_terminal_
     page.wait_for_selector('.facts [data-fact="final"]')
     assert fact(page, "final") == "accuracy (final evaluation)0.7000"
     page.goto(f"{service.base}/#/")
-    cell = page.locator(f'tr[data-job="{claim.job_id}"] td').nth(5)
+    cell = page.locator(f'tr[data-job="{claim.job_id}"] td.metric')
     assert cell.text_content() == "accuracy: final 0.7000 · best 0.7500"
     assert errors == []
 
@@ -536,3 +536,75 @@ def test_the_pages_load_nothing_from_elsewhere_under_their_policy(service: Servi
     page.wait_for_selector("#jobs-body tr", timeout=30_000)
     assert errors == []
     assert requested and all(url.startswith((service.base, "data:")) for url in requested), requested
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_dashboard_shows_owners_the_queue_by_owner_and_why_a_queued_job_waits(
+    settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, browser: Any
+) -> None:
+    keys = {"alice": "alice-dash-key-0001", "bob": "bob-dash-key-00002", "root": "root-dash-key-0003"}
+    settings = observe_settings(
+        settings_factory,
+        tmp_path,
+        glue_data,
+        db_url,
+        api_keys=[f"alice={keys['alice']}", f"bob={keys['bob']}"],
+        admin_keys=[f"root={keys['root']}"],
+    )
+    as_ = {owner: {"Authorization": f"Bearer {key}"} for owner, key in keys.items()}
+    with live_api(settings) as client:
+        base = str(client.base_url).rstrip("/")
+        quota = client.patch("/v1/owners/alice", json={"max_devices": 0}, headers=as_["root"])
+        assert quota.status_code == 200, quota.text
+        ids = {}
+        for owner in ("alice", "alice", "bob"):  # no worker: every job stays queued
+            created = client.post("/v1/jobs", json={"spec": TINY_SPEC}, headers=as_[owner])
+            assert created.status_code == 201, created.text
+            ids.setdefault(owner, []).append(created.json()["id"])
+        jobs = {j["id"]: j for j in client.get("/v1/jobs", headers=as_["root"]).json()["data"]}
+        owners = {o["name"]: o for o in client.get("/v1/owners", headers=as_["root"]).json()["data"]}
+        assert jobs[ids["alice"][0]]["waiting_for"]["reason"] == "quota"
+        assert jobs[ids["bob"][0]]["waiting_for"]["reason"] == "devices"
+
+        page = browser.new_page(viewport={"width": 1440, "height": 1200})
+        errors = console_errors(page)
+        # The admin's key in the tab's storage before the page loads: no key dialog.
+        page.add_init_script(f"sessionStorage.setItem('gluejobs.apiKey', {json.dumps(keys['root'])})")
+        try:
+            page.goto(f"{base}/")
+            page.wait_for_selector('#owners-body tr[data-owner="bob"]')
+            # Each job's owner, and why each queued job waits, as the API says.
+            for job_id, job in jobs.items():
+                row = f'tr[data-job="{job_id}"]'
+                assert page.text_content(f"{row} td.owner") == job["owner"]
+                assert page.text_content(f"{row} .waiting") == job["waiting_for"]["message"]
+            # The queue by owner: the API's figures, beside the quota where there is one.
+            cells = {
+                name: {
+                    col: page.text_content(f'#owners-body tr[data-owner="{name}"] [data-col="{col}"]')
+                    for col in ("running", "devices", "queued", "device-hours")
+                }
+                for name in ("alice", "bob")
+            }
+            alice, bob = owners["alice"], owners["bob"]
+            assert cells["alice"]["devices"] == f"{alice['devices_in_use']} / 0"
+            assert (
+                cells["alice"]["queued"] == f"2 / {alice['quota']['max_queued']}"
+                and alice["queued_jobs"] == 2
+            )
+            assert cells["bob"]["queued"] == f"1 / {bob['quota']['max_queued']}"
+            assert (
+                cells["bob"]["devices"] == f"{bob['devices_in_use']}" and bob["quota"]["max_devices"] is None
+            )
+            assert cells["alice"]["running"] == cells["bob"]["running"] == "0"
+            assert cells["alice"]["device-hours"] == "0.00"
+
+            # The job page says whose job it is and what it waits for.
+            first = ids["alice"][0]
+            page.click(f'a[href="#/jobs/{first}"]')
+            page.wait_for_selector('.facts [data-fact="waiting"]')
+            assert fact(page, "owner").endswith("alice")
+            assert fact(page, "waiting") == f"waiting for{jobs[first]['waiting_for']['message']}"
+            assert errors == []
+        finally:
+            page.close()

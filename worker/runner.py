@@ -34,6 +34,7 @@ from types import FrameType
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
+from shared.fair_share import ClaimPolicy
 from shared.models import Job, WorkerState
 from shared.resilience import Backoff, is_transient
 from worker.devices import DevicePool, cpu_slots
@@ -78,6 +79,7 @@ class Worker:
         self.database = DatabaseWatch(self.db)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{token_hex(3)}"
         self.pool = DevicePool(devices or cpu_slots(1))
+        self.claim_policy = ClaimPolicy.from_settings(settings)  # fair share, quotas, reservations
         # Single-process jobs fork from a template with torch imported (worker/warm.py).
         self.warm = WarmStarter() if settings.warm_start else None
         self._stopping = threading.Event()
@@ -250,7 +252,12 @@ class Worker:
         started = time.perf_counter()
         with self.database.session() as session:
             job = jobs_repo.claim_next(
-                session, worker_id=self.worker_id, lease_s=self.settings.lease_s, max_processes=free
+                session,
+                worker_id=self.worker_id,
+                lease_s=self.settings.lease_s,
+                max_processes=free,
+                capacity=len(self.pool.devices),  # a wide job may reserve this worker (reservations.py)
+                policy=self.claim_policy,
             )
         if job is None:
             return False

@@ -9,6 +9,7 @@ from pydantic import ValidationError, WithJsonSchema
 
 from service.deps import After, DataScopeDep, JobDep, PrincipalDep, SessionDep, SettingsDep
 from service.idempotency import request_hash
+from service.job_views import job_view, job_views
 from service.schemas import (
     CheckpointList,
     CheckpointPublic,
@@ -22,9 +23,10 @@ from service.schemas import (
 )
 from shared import error_words, jobs_repo
 from shared.errors import Conflict, InvalidRequest, quote
-from shared.job_checks import check_job_spec
+from shared.job_checks import check_job_spec, check_priority
 from shared.models import JobStatus
 from shared.plan import plan_job
+from shared.quotas import QuotaDefaults
 from shared.reproduction import compare_runs
 from shared.spec import JobSpec
 
@@ -101,6 +103,7 @@ def create_job(
     under GLUEJOBS_DATA_DIR). At most GLUEJOBS_MAX_DRY_RUNS dry runs are planned at once: more get
     429 with Retry-After.
     """
+    check_priority(body.priority, settings, is_admin=principal.is_admin)
     warnings: list[str] = []
     if dry_run:
         with request.app.state.dry_runs.slot():
@@ -121,10 +124,11 @@ def create_job(
             owner=principal.owner,
             actor=principal.actor,
             warnings=warnings,
+            quotas=QuotaDefaults.from_settings(settings),
         )
         if not created:
             response.status_code = status.HTTP_200_OK
-        return JobPublic.model_validate(job)
+        return job_view(session, settings, job)
     job = jobs_repo.create_job(
         session,
         spec=spec.model_dump(mode="json"),
@@ -134,13 +138,15 @@ def create_job(
         owner=principal.owner,
         actor=principal.actor,
         warnings=warnings,
+        quotas=QuotaDefaults.from_settings(settings),
     )
-    return JobPublic.model_validate(job)
+    return job_view(session, settings, job)
 
 
 @router.get("", response_model=Page[JobPublic])
 def read_jobs(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     status_filter: Annotated[
         list[StatusName] | None,
@@ -159,14 +165,14 @@ def read_jobs(
         limit=limit,
         owner=principal.owner_filter,
     )
-    return _page([JobPublic.model_validate(j) for j in jobs], [j.id for j in jobs], has_more)
+    return _page(job_views(session, settings, jobs), [j.id for j in jobs], has_more)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
-def read_job(job: JobDep, session: SessionDep) -> JobPublic:
+def read_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPublic:
     """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics, its
     reproducibility record; a rerun also says whether it reproduced the original's metrics."""
-    public = JobPublic.model_validate(job)
+    public = job_view(session, settings, job)
     if job.rerun_of is not None:
         original = jobs_repo.find_job(session, job_id=job.rerun_of)
         if original is not None:
@@ -191,6 +197,7 @@ def rerun_job(
     now (a tracker no longer served, a file gone or not the caller's), 409 when this version no
     longer reads the stored spec.
     """
+    check_priority(job.priority, settings, is_admin=principal.is_admin)
     warnings: list[str] = []
     try:
         check_job_spec(JobSpec.model_validate(job.spec), settings, scope=scope, warnings=warnings)
@@ -208,8 +215,9 @@ def rerun_job(
         actor=principal.actor,
         rerun_of=job.id,
         warnings=warnings,
+        quotas=QuotaDefaults.from_settings(settings),
     )
-    return JobPublic.model_validate(rerun)
+    return job_view(session, settings, rerun)
 
 
 @router.post(
@@ -220,7 +228,9 @@ def rerun_job(
         409: {"model": ErrorResponse},
     },
 )
-def cancel_job(job: JobDep, session: SessionDep, principal: PrincipalDep, response: Response) -> JobPublic:
+def cancel_job(
+    job: JobDep, session: SessionDep, settings: SettingsDep, principal: PrincipalDep, response: Response
+) -> JobPublic:
     """Cancel a job: a queued job at once (200), a running one by its worker (202, `cancelling`).
 
     409 when the job has already finished.
@@ -230,7 +240,7 @@ def cancel_job(job: JobDep, session: SessionDep, principal: PrincipalDep, respon
     )
     if cancelled.status == JobStatus.cancelling:
         response.status_code = status.HTTP_202_ACCEPTED
-    return JobPublic.model_validate(cancelled)
+    return job_view(session, settings, cancelled)
 
 
 @router.get("/{job_id}/metrics", response_model=Page[MetricPublic])

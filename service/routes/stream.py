@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Annotated, Any
@@ -33,9 +33,10 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import JobDep, SettingsDep, get_database, get_store
+from service.deps import JobDep, PrincipalDep, SettingsDep, get_database, get_store
 from service.downloads import folder_of
 from service.job_files import new_log_pieces
+from service.rate_limits import REFRESH_S, StreamSlots
 from service.schemas import CheckpointPublic, EventPublic, MetricPublic
 from shared import jobs_repo
 from shared.db import Database
@@ -87,6 +88,30 @@ def _resume_from(
     return Cursor.parse(last_event_id)
 
 
+async def _stream_slot(
+    request: Request, job: JobDep, principal: PrincipalDep, _cursor: Annotated[Cursor, Depends(_resume_from)]
+) -> AsyncIterator[Callable[[], None]]:
+    """A slot among the key's open streams (service/rate_limits.py), held until the response has
+    ended, however it ends: 429 for a key that holds its cap. Yields what refreshes the slot. After
+    the cursor's check, so that a refused id takes no slot."""
+    slots: StreamSlots = request.app.state.stream_slots
+    slot = await anyio.to_thread.run_sync(slots.open, principal.bucket, job.id)
+    if slot is None:
+        yield lambda: None
+        return
+    try:
+        yield partial(slots.refresh, slot)
+    finally:
+        # Shielded: a client that went away cancels the response, and the slot must still be freed.
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(slots.close, slot)
+            except SQLAlchemyError as exc:
+                if not is_transient(exc):
+                    raise
+                # The database is away: the row stops counting once it is stale (rate_limits.STALE_S).
+
+
 @router.get(
     "/{job_id}/stream",
     response_class=EventSourceResponse,
@@ -99,6 +124,7 @@ async def stream_job(
     request: Request,
     settings: SettingsDep,
     cursor: Annotated[Cursor, Depends(_resume_from)],
+    refresh_slot: Annotated[Callable[[], None], Depends(_stream_slot)],
     logs: Annotated[bool, Query(description="Also follow the job's log file (events `log`)")] = False,
 ) -> AsyncIterator[ServerSentEvent]:
     """The job's new rows as they are written, as Server-Sent Events:
@@ -115,11 +141,14 @@ async def stream_job(
     database = get_database(request)
     folder = folder_of(settings, get_store(request), job.id) if logs else None
     ended_status = job.status if job.status.is_terminal else None
-    last_sent = time.monotonic()
+    last_sent = refreshed = time.monotonic()
     backoff = Backoff(base_s=POLL_INTERVAL_S / 2, cap_s=OUTAGE_POLL_CAP_S)
     yield ServerSentEvent(comment=f"job {job.id}", retry=RETRY_MS)
     while True:
         try:
+            if time.monotonic() - refreshed >= REFRESH_S:
+                await anyio.to_thread.run_sync(refresh_slot)
+                refreshed = time.monotonic()
             page = await anyio.to_thread.run_sync(_read_page, database, job.id, cursor)
         except SQLAlchemyError as exc:
             if not is_transient(exc):

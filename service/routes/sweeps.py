@@ -9,7 +9,9 @@ from fastapi import APIRouter, Query, Response, status
 from service.deps import After, DataScopeDep, PrincipalDep, SessionDep, SettingsDep, SweepDep
 from service.schemas import ErrorResponse, Page, SweepCreate, SweepPlan, SweepPlanJob, SweepPublic
 from shared import jobs_repo
+from shared.job_checks import check_priority
 from shared.models import Job, JobStatus, Sweep
+from shared.quotas import QuotaDefaults
 from shared.sweep_stats import job_counts, main_metric, sweep_results, sweep_status
 from shared.sweeps import resolve_sweep
 
@@ -64,6 +66,7 @@ def create_sweep(
     spec and grid hold the values with their types (a grid value "1e-4" is stored as 0.0001). With
     `dry_run=true` the answer is each combination's resolved spec and warnings, and nothing is stored.
     """
+    check_priority(body.priority, settings, is_admin=principal.is_admin)
     resolved = resolve_sweep(body.spec, body.seeds, body.grid, settings, scope=scope)
     if dry_run:
         response.status_code = status.HTTP_200_OK
@@ -87,6 +90,7 @@ def create_sweep(
         max_attempts=body.max_attempts,
         owner=principal.owner,
         actor=principal.actor,
+        quotas=QuotaDefaults.from_settings(settings),
     )
     return sweep_public(sweep, created)
 

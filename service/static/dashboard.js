@@ -112,6 +112,10 @@ function openStream(jobId, { logs = false, from = null, onEvent, onEnd }) {
           headers, signal: controller.signal,
         });
         if (response.status === 401) { await askForKey("That key was refused."); continue; }
+        if (response.status === 429 || response.status === 503) { // not now: the key's open streams, a database away
+          await sleep(1000 * Math.min(60, Number(response.headers.get("Retry-After")) || 5));
+          continue;
+        }
         if (!response.ok) throw new ApiError(response.status, await response.json());
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
@@ -234,9 +238,15 @@ async function maxSteps(job) {
   return found;
 }
 
+/* Why a queued job has not started (the API's waiting_for: quota, reservation, devices, retry_backoff). */
+const waitingText = (job) => (job.waiting_for && job.waiting_for.message) || "waiting";
+
 function progressCell(job, total) {
   const train = (job.latest_metrics || {}).train || {};
-  if (train.step === undefined) return h("span", { class: "muted" }, job.status === "queued" ? "waiting" : "");
+  if (train.step === undefined) {
+    if (job.status !== "queued") return h("span", { class: "muted" }, "");
+    return h("span", { class: "muted waiting", "data-waiting": (job.waiting_for || {}).reason || "" }, waitingText(job));
+  }
   const share = total ? Math.min(1, train.step / total) : 0;
   return h("span", {},
     total ? h("span", { class: "bar" }, h("span", { style: { width: `${(share * 100).toFixed(1)}%` } })) : null,
@@ -308,14 +318,15 @@ async function jobsView(view, params) {
   const compare = h("button", { id: "compare-selected", disabled: true, onclick: () => { location.hash = `#/compare?ids=${[...selected].join(",")}`; } }, "Compare selected");
   const body = h("tbody", { id: "jobs-body" });
   const more = h("p", { class: "muted" });
-  view.append(h("h1", {}, "Jobs"), h("div", { class: "toolbar" }, h("label", {}, "status ", filter), compare),
-    h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["", "id", "status", "task / files", "model", "metric", "progress", "duration", "created"].map((c) => h("th", {}, c)))), body), more);
+  const owners = ownersPanel();
+  view.append(h("h1", {}, "Jobs"), owners.panel, h("div", { class: "toolbar" }, h("label", {}, "status ", filter), compare),
+    h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["", "id", "owner", "status", "task / files", "model", "metric", "progress", "duration", "created"].map((c) => h("th", {}, c)))), body), more);
 
   let timer = null;
   let alive = true;
   const refresh = async () => {
     try {
-      const page = await api(`v1/jobs?limit=100${status ? `&status=${status}` : ""}`);
+      const [page] = await Promise.all([api(`v1/jobs?limit=100${status ? `&status=${status}` : ""}`), owners.refresh()]);
       const totals = await Promise.all(page.data.map((job) => maxSteps(job).catch(() => null)));
       body.replaceChildren(...page.data.map((job, i) => h("tr", { class: "job-row", "data-job": job.id },
         h("td", {}, h("input", { type: "checkbox", checked: selected.has(job.id), onchange: (e) => {
@@ -323,14 +334,15 @@ async function jobsView(view, params) {
           compare.disabled = selected.size < 2;
         } })),
         h("td", { class: "num" }, h("a", { href: `#/jobs/${job.id}` }, job.id)),
+        h("td", { class: "owner" }, job.owner ?? "—"),
         h("td", {}, statusBadge(job.status)),
         h("td", {}, taskOf(job)),
         h("td", {}, job.spec.model_name_or_path),
-        h("td", { class: "num" }, headline(job)),
+        h("td", { class: "num metric" }, headline(job)),
         h("td", {}, progressCell(job, totals[i])),
         h("td", {}, duration(job)),
         h("td", { class: "muted" }, when(job.created_at)))));
-      if (!page.data.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "muted" }, "no jobs yet")));
+      if (!page.data.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 10, class: "muted" }, "no jobs yet")));
       more.textContent = page.has_more ? "showing the newest 100" : "";
     } catch (error) {
       more.textContent = `could not load the jobs: ${error.message}`;
@@ -339,6 +351,39 @@ async function jobsView(view, params) {
   };
   await refresh();
   return () => { alive = false; clearTimeout(timer); };
+}
+
+/* "Queue by owner" (GET /v1/owners): each owner's running jobs, devices in use and queued jobs
+ * beside their quotas, and device-hours in the last 24 h. Hidden where the API has no such route
+ * (404: an older server). */
+function ownersPanel() {
+  const body = h("tbody", { id: "owners-body" });
+  const note = h("p", { class: "muted", id: "owners-note" });
+  const panel = h("div", { class: "card", id: "owners", hidden: true }, h("h2", {}, "Queue by owner"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["owner", "running jobs", "devices in use", "queued", "device-hours 24h"].map((c) => h("th", {}, c)))), body), note);
+  const ofMax = (value, max) => (max === null || max === undefined ? `${value}` : `${value} / ${max}`);
+  const refresh = async () => {
+    let owners;
+    try {
+      owners = await api("v1/owners");
+    } catch (error) {
+      if (error.status === 404) { panel.hidden = true; return; }
+      note.textContent = `could not load the owners: ${error.message}`;
+      return;
+    }
+    panel.hidden = false;
+    note.textContent = owners.data.length ? "" : "no owners yet";
+    body.replaceChildren(...owners.data.map((o) => {
+      const quota = o.quota || {};
+      return h("tr", { "data-owner": o.name },
+        h("td", {}, o.name, o.share !== undefined && o.share !== 1 ? h("span", { class: "muted" }, ` · share ${o.share}`) : null),
+        h("td", { class: "num", "data-col": "running" }, o.running_jobs),
+        h("td", { class: "num", "data-col": "devices" }, ofMax(o.devices_in_use, quota.max_devices)),
+        h("td", { class: "num", "data-col": "queued" }, ofMax(o.queued_jobs, quota.max_queued)),
+        h("td", { class: "num", "data-col": "device-hours" }, ofMax(fmt(o.device_hours_24h, 2), quota.max_device_hours_per_day)));
+    }));
+  };
+  return { panel, refresh };
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -407,6 +452,8 @@ async function jobView(view, jobId) {
     const best = job.best_metrics;
     const latest = metric ? ((job.latest_metrics || {}).eval || {})[metric.name] ?? metric.value : null;
     fill(facts,
+      fact("owner", "owner", job.owner ?? "—"),
+      job.status === "queued" ? fact("waiting", "waiting for", waitingText(job)) : null,
       fact("task", "task / files", taskOf(job)), fact("model", "model", job.spec.model_name_or_path),
       fact("progress", "progress", progressCell(job, total)),
       metric ? fact(lastEval(job), `${metric.name} (${lastEval(job)} evaluation)`, fmt(latest)) : null,

@@ -16,6 +16,7 @@ from shared.jobs_repo.events import _transition
 from shared.jobs_repo.files import link_files
 from shared.jobs_repo.owned import _newest_first, _owned
 from shared.models import IdempotencyKey, Job, JobStatus, utcnow
+from shared.quotas import QuotaDefaults, check_queued
 
 # How long POST /v1/jobs remembers an Idempotency-Key (at least the 24 hours the API promises).
 IDEMPOTENCY_KEY_TTL_S = 48 * 3600.0
@@ -37,8 +38,17 @@ class NewJob(TypedDict, total=False):
     actor: dict[str, Any] | None
 
 
-def create_job(session: Session, *, rerun_of: int | None = None, **job: Unpack[NewJob]) -> Job:
+def create_job(
+    session: Session,
+    *,
+    rerun_of: int | None = None,
+    quotas: QuotaDefaults | None = None,
+    **job: Unpack[NewJob],
+) -> Job:
+    """A queued job; with `quotas`, OverQuota (nothing stored) when its owner's max_queued is reached."""
     with write(session):
+        if quotas is not None:
+            check_queued(session, owner=job.get("owner"), adding=1, defaults=quotas)
         return _add_job(session, rerun_of=rerun_of, **job)
 
 
@@ -69,7 +79,12 @@ def _add_job(
 
 
 def create_job_once(
-    session: Session, *, key: str, request_hash: str, **new: Unpack[NewJob]
+    session: Session,
+    *,
+    key: str,
+    request_hash: str,
+    quotas: QuotaDefaults | None = None,
+    **new: Unpack[NewJob],
 ) -> tuple[Job, bool]:
     """create_job under an Idempotency-Key: (the job, True) the first time; (the same job, False)
     when the owner repeats the key with the same request. Conflict when the key came with another
@@ -88,6 +103,8 @@ def create_job_once(
                 # Expired keys go first, so that a key reused after its TTL starts afresh.
                 cutoff = utcnow() - timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)
                 session.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < cutoff))
+                if quotas is not None:  # a repeat of a stored request (above) is never refused
+                    check_queued(session, owner=new.get("owner"), adding=1, defaults=quotas)
                 job = _add_job(session, **new)
                 session.add(
                     IdempotencyKey(

@@ -11,8 +11,15 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from shared.db import read, write
+from shared.fair_share import ClaimPolicy, first_claimable, plan_claim
 from shared.jobs_repo.claims import Claim, _current, _held_by
 from shared.jobs_repo.events import _transition
+from shared.jobs_repo.reservations import (
+    drop_reservation,
+    my_reservation,
+    reserve_wide_job,
+    wide_job_conditions,
+)
 from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
 from shared.resilience import retry_delay_s
 
@@ -32,52 +39,94 @@ def queued_wider_than(session: Session, *, processes: int) -> list[int]:
 
 
 def claim_next(
-    session: Session, *, worker_id: str, lease_s: float, max_processes: int | None = None
+    session: Session,
+    *,
+    worker_id: str,
+    lease_s: float,
+    max_processes: int | None = None,
+    capacity: int | None = None,
+    policy: ClaimPolicy | None = None,
 ) -> Job | None:
-    """Claim the next claimable job (priority, then age) in one atomic statement, or None.
+    """Claim the next claimable job in the order of `policy` (shared/fair_share.py: fair share,
+    priority, age; without a policy: priority, then age), or None.
 
-    A job is claimable when queued and past its `not_before` (a retry's backoff). With
-    max_processes (the worker's free devices or CPU slots), only a job whose num_processes fits is
-    claimed; a bigger one waits for a worker with that many free.
+    A job is claimable when queued, past its `not_before` (a retry's backoff), and within its owner's
+    quotas. With max_processes (the worker's free devices or CPU slots), only a job whose
+    num_processes fits is claimed. With capacity (all the worker's devices) and a policy with
+    reservations, a wide job that has waited long enough reserves this worker (reservations.py):
+    it then claims nothing else until that job fits.
 
     Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
-    SQLite a write transaction would serialise against the API's writes). Then Postgres picks the
-    row with FOR UPDATE SKIP LOCKED, so concurrent workers each take a different job without
-    waiting; SQLite runs the statement under its single write lock. Both re-check the status.
+    SQLite a write transaction would serialise against the API's writes). Then one short write
+    transaction picks the row (on Postgres FOR UPDATE SKIP LOCKED, so concurrent workers each take a
+    different job without waiting; SQLite runs it under its single write lock) and claims it with
+    one UPDATE that re-checks the status.
     """
+    policy = policy or ClaimPolicy()
     now = utcnow()
     claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
-    if max_processes is not None:
-        claimable.append(Job.num_processes <= max_processes)
-    with read(session):
-        candidate = session.scalars(select(Job.id).where(*claimable).limit(1)).first()
-    if candidate is None:
+    widest = capacity if capacity is not None else max_processes
+    reserving = capacity is not None and max_processes is not None and policy.reservation_after_s is not None
+    wide = None
+    reserved = None
+    with read(session):  # one read for the idle poll, whatever the policy
+        if session.scalars(select(Job.id).where(*claimable, *_fit(widest)).limit(1)).first() is None:
+            return None
+        if reserving and capacity is not None and max_processes is not None:
+            reserved = my_reservation(session, worker_id=worker_id)
+            wide = wide_job_conditions(
+                free=max_processes, capacity=capacity, policy=policy, claimable=claimable, now=now
+            )
+            if reserved is None and wide is not None:
+                wide = wide if session.scalars(select(Job.id).where(*wide).limit(1)).first() else None
+    if reserved is not None and max_processes is not None:
+        mine = [*claimable, Job.id == reserved.id, *_fit(max_processes)]
+        job = _claim_first(session, policy, mine, worker_id, lease_s, now)
+        if job is not None or reserved.num_processes > max_processes:
+            return job  # started, or this worker keeps its devices for it
+        drop_reservation(session, job_id=reserved.id, worker_id=worker_id)  # held back by quota
+    elif wide is not None and reserve_wide_job(
+        session, worker_id=worker_id, policy=policy, conditions=wide, now=now
+    ):
         return None
-    next_id = (
-        select(Job.id)
-        .where(*claimable)
-        .order_by(Job.priority.desc(), Job.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    statement = (
-        update(Job)
-        .where(Job.id == next_id, Job.status == JobStatus.queued)
-        .values(
-            status=JobStatus.running,
-            worker_id=worker_id,
-            attempts=Job.attempts + 1,
-            started_at=func.coalesce(Job.started_at, now),
-            lease_expires_at=now + timedelta(seconds=lease_s),
-            updated_at=now,
-            not_before=None,
-        )
-        .returning(Job)
-        .execution_options(synchronize_session=False)
-    )
+    return _claim_first(session, policy, [*claimable, *_fit(max_processes)], worker_id, lease_s, now)
+
+
+def _fit(processes: int | None) -> list[Any]:
+    return [Job.num_processes <= processes] if processes is not None else []
+
+
+def _claim_first(
+    session: Session,
+    policy: ClaimPolicy,
+    conditions: list[Any],
+    worker_id: str,
+    lease_s: float,
+    now: datetime,
+) -> Job | None:
+    """In one write transaction: the first job matching `conditions` in the policy's order, locked,
+    then claimed by one UPDATE."""
     with write(session):
-        job = session.scalars(statement).one_or_none()
+        job_id = first_claimable(session, plan_claim(session, policy, now=now), conditions)
+        if job_id is None:
+            return None
+        job = session.scalars(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.queued)
+            .values(
+                status=JobStatus.running,
+                worker_id=worker_id,
+                attempts=Job.attempts + 1,
+                started_at=func.coalesce(Job.started_at, now),
+                lease_expires_at=now + timedelta(seconds=lease_s),
+                updated_at=now,
+                not_before=None,
+                reserved_by=None,
+                reserved_at=None,
+            )
+            .returning(Job)
+            .execution_options(synchronize_session=False)
+        ).one_or_none()
         if job is not None:  # the statement made the change: this writes its event
             _transition(
                 session,

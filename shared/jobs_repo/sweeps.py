@@ -15,6 +15,7 @@ from shared.errors import Conflict
 from shared.jobs_repo.jobs import _add_job, _cancel
 from shared.jobs_repo.owned import _newest_first, _owned
 from shared.models import Job, JobMetric, JobStatus, Sweep, utcnow
+from shared.quotas import QuotaDefaults, check_queued
 from shared.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT
 
 
@@ -38,10 +39,14 @@ def create_sweep(
     max_attempts: int = 3,
     owner: str | None = None,
     actor: dict[str, Any] | None = None,
+    quotas: QuotaDefaults | None = None,
 ) -> tuple[Sweep, list[Job]]:
-    """The sweep and all its jobs in one transaction: either every combination is queued or none."""
+    """The sweep and all its jobs in one transaction: either every combination is queued or none
+    (with `quotas`: none when they would take the owner past max_queued, OverQuota)."""
     metadata = metadata or {}
     with write(session):
+        if quotas is not None:
+            check_queued(session, owner=owner, adding=len(jobs), defaults=quotas)
         sweep = Sweep(owner=owner, spec=spec, seeds=seeds, grid=grid, metadata_=metadata, created_at=utcnow())
         session.add(sweep)
         session.flush()
