@@ -203,4 +203,5 @@ def test_client_and_cli_list_and_set_owners(
         assert cli(["show", str(job_id), "--url", url, "--api-key", alice_key]) == 0
         assert "waiting for  quota: alice holds 0 of 0 devices (max_devices)" in capsys.readouterr().out
         assert cli(["ls", "--url", url, "--api-key", alice_key]) == 0
-        assert f"job {job_id} waits for quota: alice holds 0 of 0 devices" in capsys.readouterr().out
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.split()[0] == str(job_id))
+        assert row.split()[1:3] == ["queued", "(quota)"], row
