@@ -242,12 +242,23 @@ class RetryPolicy:
 
 def may_repeat(call: Call, outcome: Answer | Exception) -> bool:
     if isinstance(outcome, Answer):
+        if outcome.status_code == 429 and _error_code(outcome) == "over_quota":
+            return False  # the owner's quota: waiting a few seconds will not change it
         return outcome.status_code in RETRY_LATER or (
             call.idempotent and outcome.status_code in RETRY_IF_SAFE
         )
     if isinstance(outcome, _NEVER_SENT):
         return True
     return call.idempotent and isinstance(outcome, httpx.TransportError)
+
+
+def _error_code(answer: Answer) -> str | None:
+    try:
+        body = json.loads(answer.content)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def retry_after_s(headers: Mapping[str, str], now: datetime | None = None) -> float | None:

@@ -355,7 +355,7 @@ def _ls(args: argparse.Namespace, _extra: list[str]) -> int:
         print_json([job.raw for job in jobs])
         return 0
     rows = [job_view.ls_row(job) for job in jobs]
-    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT) + job_view.waiting_lines(jobs)))
+    print("\n".join(table(job_view.LS_COLUMNS, rows, right=job_view.LS_RIGHT)))
     return 0
 
 

@@ -26,7 +26,8 @@ def created(client: Client, job: Job, *, json_output: bool, watch: bool, what: s
 def ls_row(job: Job) -> list[str]:
     return [
         str(job.id),
-        job.status,
+        # A queued job held back says by what (`gluejobs show` gives the whole message).
+        f"{job.status} ({job.waiting_for.get('reason')})" if job.waiting_for else job.status,
         task(job),
         str(job.spec.get("model_name_or_path", "")),
         headline(job),
@@ -39,11 +40,6 @@ def ls_row(job: Job) -> list[str]:
 def waiting(reason: dict[str, str]) -> str:
     """A queued job's waiting_for, as one phrase: "quota: alice holds 1 of 1 devices (max_devices)"."""
     return f"{reason.get('reason')}: {reason.get('message')}"
-
-
-def waiting_lines(jobs: list[Job]) -> list[str]:
-    """`gluejobs ls`, under its table: why each queued job shown is held back."""
-    return [f"job {job.id} waits for {waiting(job.waiting_for)}" for job in jobs if job.waiting_for]
 
 
 def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:

@@ -81,7 +81,7 @@ def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> Claim
     holding = sorted(held)
     tiers: list[ColumnElement[bool] | None] = [Job.priority > policy.max_user_priority]
     tiers.append(or_(Job.owner.is_(None), Job.owner.not_in(holding)) if holding else None)
-    tiers += [Job.owner.in_(sorted(owners)) for _, owners in sorted(usage.items()) if _ > 0]
+    tiers += [Job.owner.in_(sorted(owners)) for _level, owners in sorted(usage.items())]
     return ClaimPlan(quota, tiers)
 
 

@@ -12,6 +12,7 @@ from shared.db import Database
 from shared.fair_share import ClaimPolicy
 from shared.models import Job, JobStatus, Owner, utcnow
 from shared.quotas import QuotaDefaults
+from shared.waiting import waiting_for
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
 FAIR = ClaimPolicy(fair_share=True, max_user_priority=100)
@@ -139,3 +140,30 @@ def test_a_reservation_of_a_gone_worker_is_void(db: Database) -> None:
     assert _claim(db, policy, "w2", max_processes=1, capacity=2) is None
     with db.session() as session:
         assert jobs_repo.get_job(session, job_id=wide).reserved_by == "w2"
+
+
+def test_waiting_for_says_reservation_and_backoff(db: Database) -> None:
+    policy = ClaimPolicy(fair_share=True, reservation_after_s=0.0)
+    with db.session() as session:
+        jobs_repo.register_worker(session, worker_id="w1", host="h", pid=1, devices=["cpu0", "cpu1"])
+    _queue(db, "bob", 1)
+    assert _claim(db, policy, "w1", max_processes=2, capacity=2) is not None  # w1: 1 of 2 free
+    wide = _queue(db, "alice", processes=2)[0]
+    narrow, later = _queue(db, "bob", 2)
+    assert _claim(db, policy, "w1", max_processes=1, capacity=2) is None  # the wide job reserves w1
+    with db.session() as session, session.begin():
+        session.execute(
+            update(Job).where(Job.id == later).values(not_before=utcnow() + timedelta(hours=1), attempts=1)
+        )
+    with db.session() as session:
+        jobs = [jobs_repo.get_job(session, job_id=i) for i in (wide, narrow, later)]
+        reasons = waiting_for(session, jobs, policy)
+    assert reasons[wide] == {
+        "reason": "reservation",
+        "message": "reserved worker w1; starts there once 2 of its devices are free",
+    }
+    assert reasons[narrow] == {
+        "reason": "reservation",
+        "message": f"waits for worker w1 reserved by job {wide}",
+    }
+    assert reasons[later]["reason"] == "retry_backoff" and "after attempt 1" in reasons[later]["message"]

@@ -31,9 +31,14 @@ from tests.kit import QUICK_JOB
 NOOP = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 
 
-def _queue(db: Database, owner: str, count: int, spec: dict[str, Any] = QUICK_JOB) -> list[int]:
+def _queue(
+    db: Database, owner: str, count: int, spec: dict[str, Any] = QUICK_JOB, *, priority: int = 0
+) -> list[int]:
     with db.session() as session:
-        return [jobs_repo.create_job(session, spec={**spec, "seed": i}, owner=owner).id for i in range(count)]
+        return [
+            jobs_repo.create_job(session, spec={**spec, "seed": i}, owner=owner, priority=priority).id
+            for i in range(count)
+        ]
 
 
 def _jobs(db: Database) -> dict[int, Job]:
@@ -126,17 +131,20 @@ def test_a_wide_job_reserves_a_worker_amid_a_stream_of_narrow_ones(
     settings: Settings = settings_factory(db_url, reservation_after_s=bound_s)
     workers = [start_worker(settings, "--slots", "2", log=tmp_path / f"worker{i}.log") for i in range(2)]
     try:
-        _queue(db, "bob", 6, NOOP)
-        wide = _queue(db, "alice", 1, {**QUICK_JOB, "num_processes": 2, "max_train_samples": 16})[0]
+        # One owner, the narrow jobs at a higher priority: without a reservation the wide job would
+        # start only when a worker had both slots free and no narrow job waited, which the stream
+        # never allows.
+        _queue(db, "bob", 6, NOOP, priority=5)
+        wide = _queue(db, "bob", 1, {**QUICK_JOB, "num_processes": 2, "max_train_samples": 16})[0]
 
         def wide_started() -> bool:
             queued = [j for j in _jobs(db).values() if j.status == JobStatus.queued and j.id != wide]
             if len(queued) < 4:  # the stream: always narrow jobs waiting for any slot that frees up
-                _queue(db, "bob", 4, NOOP)
+                _queue(db, "bob", 4, NOOP, priority=5)
             return _jobs(db)[wide].status != JobStatus.queued
 
         wait_for(wide_started, timeout_s=300, interval_s=0.2)
-        after = _queue(db, "bob", 4, NOOP)
+        after = _queue(db, "bob", 4, NOOP, priority=5)
         wait_for(lambda: all(j.status.is_terminal for j in _jobs(db).values()), timeout_s=300)
     finally:
         for process in workers:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from gluejobs import AsyncClient, Client
+from gluejobs import ApiError, AsyncClient, Client
 from gluejobs.cli import main as cli
 from shared import audit, jobs_repo
 from shared.config import Settings
@@ -119,6 +120,17 @@ def test_over_the_queued_quota_is_429_and_stores_nothing(api: httpx.Client, keye
     assert rerun.status_code == 429, rerun.text
     assert count_rows(db, Job) == 3
     assert _submit(api, BOB).status_code == 201  # bob's own quota
+    # The client does not wait on Retry-After for a quota (waiting would not change it): it fails
+    # at once, where it would otherwise try four times more, up to 30 s apart.
+    started = time.monotonic()
+    with (
+        Client(str(api.base_url), api_key=ALICE.split("=", 1)[1]) as client,
+        pytest.raises(ApiError) as error,
+    ):
+        client.jobs.create(SPEC)
+    assert (error.value.status_code, error.value.code) == (429, "over_quota")
+    assert time.monotonic() - started < 20
+    assert count_rows(db, Job) == 4
     db.dispose()
 
 
@@ -191,4 +203,5 @@ def test_client_and_cli_list_and_set_owners(
         assert cli(["show", str(job_id), "--url", url, "--api-key", alice_key]) == 0
         assert "waiting for  quota: alice holds 0 of 0 devices (max_devices)" in capsys.readouterr().out
         assert cli(["ls", "--url", url, "--api-key", alice_key]) == 0
-        assert f"job {job_id} waits for quota: alice holds 0 of 0 devices" in capsys.readouterr().out
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.split()[0] == str(job_id))
+        assert row.split()[1:3] == ["queued", "(quota)"], row

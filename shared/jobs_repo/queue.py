@@ -70,7 +70,11 @@ def claim_next(
     wide = None
     reserved = None
     with read(session):  # one read for the idle poll, whatever the policy
-        if session.scalars(select(Job.id).where(*claimable, *_fit(widest)).limit(1)).first() is None:
+        fits_now = session.scalars(select(Job.id).where(*claimable, *_fit(max_processes)).limit(1)).first()
+        if fits_now is None and (
+            widest == max_processes
+            or session.scalars(select(Job.id).where(*claimable, *_fit(widest)).limit(1)).first() is None
+        ):
             return None
         if reserving and capacity is not None and max_processes is not None:
             reserved = my_reservation(session, worker_id=worker_id)
@@ -79,11 +83,15 @@ def claim_next(
             )
             if reserved is None and wide is not None:
                 wide = wide if session.scalars(select(Job.id).where(*wide).limit(1)).first() else None
+    if fits_now is None and reserved is None and wide is None:
+        return None  # only jobs wider than the free devices, none to reserve: no write transaction
     if reserved is not None and max_processes is not None:
+        if reserved.num_processes > max_processes:
+            return None  # this worker keeps its devices for its reserved job
         mine = [*claimable, Job.id == reserved.id, *_fit(max_processes)]
         job = _claim_first(session, policy, mine, worker_id, lease_s, now)
-        if job is not None or reserved.num_processes > max_processes:
-            return job  # started, or this worker keeps its devices for it
+        if job is not None:
+            return job
         drop_reservation(session, job_id=reserved.id, worker_id=worker_id)  # held back by quota
     elif wide is not None and reserve_wide_job(
         session, worker_id=worker_id, policy=policy, conditions=wide, now=now
