@@ -3,9 +3,12 @@ admins' priority override, device and device-hours quotas, reservations for wide
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from sqlalchemy import update
+import pytest
+from sqlalchemy import select, update
 
 from shared import jobs_repo
 from shared.db import Database
@@ -167,3 +170,23 @@ def test_waiting_for_says_reservation_and_backoff(db: Database) -> None:
         "message": f"waits for worker w1 reserved by job {wide}",
     }
     assert reasons[later]["reason"] == "retry_backoff" and "after attempt 1" in reasons[later]["message"]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_claims_side_by_side_never_take_an_owner_past_its_device_quota(db: Database) -> None:
+    # Postgres runs claims at once (SQLite's write lock serialises them): eight workers claiming
+    # together must not each see alice one device below her limit of 1 and all take one of hers.
+    _set_owner(db, "alice", max_devices=1)
+    _queue(db, "alice", 8)
+    start = threading.Barrier(8)
+
+    def claim(worker: str) -> Job | None:
+        start.wait()
+        return _claim(db, worker=worker)
+
+    with ThreadPoolExecutor(8) as pool:
+        claimed = [job for job in pool.map(claim, [f"w{n}" for n in range(8)]) if job is not None]
+    assert len(claimed) == 1
+    with db.session() as session, session.begin():
+        running = session.scalars(select(Job.id).where(Job.status == JobStatus.running)).all()
+    assert running == [claimed[0].id]

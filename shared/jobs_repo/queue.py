@@ -20,7 +20,8 @@ from shared.jobs_repo.reservations import (
     reserve_wide_job,
     wide_job_conditions,
 )
-from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
+from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Owner, Worker, utcnow
+from shared.quotas import devices_held, effective_quota
 from shared.resilience import retry_delay_s
 
 
@@ -116,7 +117,7 @@ def _claim_first(
     then claimed by one UPDATE."""
     with write(session):
         job_id = first_claimable(session, plan_claim(session, policy, now=now), conditions)
-        if job_id is None:
+        if job_id is None or not _still_within_device_quota(session, policy, job_id):
             return None
         job = session.scalars(
             update(Job)
@@ -145,6 +146,25 @@ def _claim_first(
                 attempt=job.attempts,
             )
     return job
+
+
+def _still_within_device_quota(session: Session, policy: ClaimPolicy, job_id: int) -> bool:
+    """Whether the owner of the job just picked may still take its devices.
+
+    Postgres runs claims side by side: two of them could each see an owner one device below its
+    max_devices and both claim. The owner's row lock serialises the claims of a limited owner, and
+    after it the count of what the owner holds includes every claim committed before (SQLite's one
+    write lock serialises claims already). The caller then claims nothing this round."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    owner, processes = session.execute(select(Job.owner, Job.num_processes).where(Job.id == job_id)).one()
+    if owner is None:
+        return True
+    row = session.scalars(select(Owner).where(Owner.name == owner).with_for_update()).first()
+    limit = effective_quota(row, policy.quotas).limits["max_devices"]
+    if limit is None:
+        return True
+    return bool(devices_held(session, [owner]).get(owner, 0) + processes <= limit)
 
 
 def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
