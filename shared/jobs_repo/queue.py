@@ -21,6 +21,7 @@ from shared.jobs_repo.reservations import (
     wide_job_conditions,
 )
 from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Owner, Worker, utcnow
+from shared.owners import ensure_owner
 from shared.quotas import devices_held, effective_quota
 from shared.resilience import retry_delay_s
 
@@ -160,10 +161,13 @@ def _still_within_device_quota(session: Session, policy: ClaimPolicy, job_id: in
     owner, processes = session.execute(select(Job.owner, Job.num_processes).where(Job.id == job_id)).one()
     if owner is None:
         return True
-    row = session.scalars(select(Owner).where(Owner.name == owner).with_for_update()).first()
+    row = session.scalars(select(Owner).where(Owner.name == owner)).first()
     limit = effective_quota(row, policy.quotas).limits["max_devices"]
     if limit is None:
-        return True
+        return True  # no limit: nothing to serialise
+    if row is None:  # a default limit and no row yet: make the row there is to lock
+        ensure_owner(session.connection(), owner)
+    session.execute(select(Owner.name).where(Owner.name == owner).with_for_update())
     return bool(devices_held(session, [owner]).get(owner, 0) + processes <= limit)
 
 
