@@ -12,10 +12,13 @@ as that key.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi.security.utils import get_authorization_scheme_param
+from sqlalchemy.exc import SQLAlchemyError
 
 from shared.config import Settings, secret_digest, split_owner
 from shared.errors import Forbidden, Unauthorized
@@ -70,6 +73,35 @@ ANONYMOUS = Principal(owner=None, role=KeyRole.admin, key_label="no auth")
 StoredKeyLookup = Callable[[str], ApiKey | None]
 
 
+class StoredKeysFlag:
+    """Whether the database holds any key, asked at most every RECHECK_S. Without configured keys
+    this decides whether auth is on at all, so it fails closed: a database that cannot be asked (away,
+    not migrated yet) counts as holding keys until it answers — never an open API by accident."""
+
+    RECHECK_S = 10.0
+
+    def __init__(self, ask: Callable[[], bool]) -> None:
+        self._ask = ask
+        self._lock = threading.Lock()
+        self._value = True
+        self._asked_at: float | None = None
+
+    def present(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self._asked_at is not None and now - self._asked_at < self.RECHECK_S:
+                return self._value
+            self._asked_at = now
+        try:
+            value = self._ask()
+        except SQLAlchemyError as exc:
+            logger.warning("could not ask the database whether keys exist (%s): auth stays on", exc)
+            value = True
+        with self._lock:
+            self._value = value
+        return value
+
+
 @dataclass(frozen=True)
 class KeyRing:
     """The configured keys by digest, and the stored keys through `lookup`.
@@ -82,11 +114,15 @@ class KeyRing:
 
     configured: dict[str, ConfiguredKey]
     lookup: StoredKeyLookup | None = None
-    stored_keys_exist: bool = False
+    # Whether the database holds any key (revoked ones too); None: it is never asked.
+    stored_keys: StoredKeysFlag | None = None
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, lookup: StoredKeyLookup | None = None, *, stored_keys_exist: bool = False
+        cls,
+        settings: Settings,
+        lookup: StoredKeyLookup | None = None,
+        stored_keys: StoredKeysFlag | None = None,
     ) -> KeyRing:
         short = [
             entry
@@ -100,13 +136,13 @@ class KeyRing:
                 MIN_KEY_CHARS,
             )
         keys = {key.digest: key for key in configured_keys(settings)}
-        return cls(keys, lookup, stored_keys_exist)
+        return cls(keys, lookup, stored_keys)
 
     @property
     def enabled(self) -> bool:
         """Auth is on once any key exists: a stored key left after the configured ones were removed
-        still closes the API to anonymous callers."""
-        return bool(self.configured) or self.stored_keys_exist
+        (a revoked one too) still closes the API to anonymous callers."""
+        return bool(self.configured) or (self.stored_keys is not None and self.stored_keys.present())
 
     def principal(self, authorization: str | None) -> Principal:
         """The caller named by an `Authorization` header, or Unauthorized."""
@@ -130,6 +166,7 @@ class KeyRing:
             owner=stored.owner,
             role=KeyRole(stored.role),
             key_id=stored.id,
-            key_label=f"{stored.name} ({stored.prefix}…)",
+            # The name and id, not the prefix: the owner of a job an admin cancelled reads this.
+            key_label=f"{stored.name} (key {stored.id})",
             bucket=f"k:{stored.id}",
         )

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import outage
-from service.auth import KeyRing
+from service.auth import KeyRing, StoredKeysFlag
 from service.dry_runs import DryRunSlots
 from service.errors import install_error_handlers
 from service.guard import PROTECTED_PREFIX, RequestGuard
@@ -53,20 +53,20 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
         with db.session() as session:
             return api_keys.find_live_key(session, digest)
 
-    ring = KeyRing.from_settings(settings, lookup)
+    def any_keys() -> bool:
+        with db.session() as session:
+            return api_keys.any_stored_keys(session)
+
+    ring = KeyRing.from_settings(settings, lookup, StoredKeysFlag(any_keys))
     try:
         with db.engine.begin() as connection:
             moved = adopt_configured_owners(connection, ring.configured.values())
-        with db.session() as session:
-            stored = api_keys.any_stored_keys(session)
     except SQLAlchemyError as exc:  # not migrated yet, or away: the next start adopts them
-        logger.warning(
-            "could not read the owners and keys of the database (%s): auth uses the configured keys", exc
-        )
+        logger.warning("could not move rows to the configured keys' owners (%s); the next start will", exc)
         return ring
     if moved:
         logger.info("moved %d row(s) to the owners the configured keys name", moved)
-    return KeyRing(ring.configured, lookup, stored_keys_exist=stored)
+    return ring
 
 
 def create_app(

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import Connection, Table, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.config import Settings, configured_key_digest, split_owner
@@ -67,11 +67,21 @@ def adopt_configured_owners(connection: Connection, keys: Iterable[ConfiguredKey
     for key in keys:
         old = [key.digest, unnamed_owner(key.digest)]
         old = [name for name in old if name != key.owner]
+        _drop_colliding_replays(connection, old, key.owner)
         for table in OWNED_TABLES:
             result = connection.execute(update(table).where(table.c.owner.in_(old)).values(owner=key.owner))
             moved += result.rowcount or 0
         ensure_owner(connection, key.owner)
     return moved
+
+
+def _drop_colliding_replays(connection: Connection, old: list[str], owner: str) -> None:
+    """Two keys now of one owner may each have used the same Idempotency-Key: (owner, key) is unique,
+    so the moved copy is dropped (it only replays a create; the jobs themselves all move)."""
+    taken = select(IdempotencyKey.key).where(IdempotencyKey.owner == owner).scalar_subquery()
+    connection.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.owner.in_(old), IdempotencyKey.key.in_(taken))
+    )
 
 
 def name_digest_owners(connection: Connection) -> int:

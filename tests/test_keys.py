@@ -25,7 +25,7 @@ from shared import api_keys
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
-from shared.models import ApiKey, Job, KeyRole, utcnow
+from shared.models import ApiKey, IdempotencyKey, Job, KeyRole, utcnow
 from shared.owners import unnamed_owner
 from tests.dbutil import count_rows
 from tests.e2e import REPO, api_process, live_api
@@ -371,3 +371,63 @@ def test_the_keys_commands(keyed: Settings, db: Database, capsys: pytest.Capture
         process.stdout.close()  # what `head -c 10` does once it has its bytes
         stderr = process.stderr.read().decode()
         assert process.wait(60) == 0 and stderr == "", stderr
+
+
+def test_auth_fails_closed_without_configured_keys(
+    bare_db_url: str, settings_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without configured keys, whether auth is on depends on the database holding keys: a database
+    that cannot say (here: not migrated yet) keeps the API closed, and a key once made — even one
+    revoked since — keeps it closed at every later start."""
+    from fastapi.testclient import TestClient
+
+    from service.auth import StoredKeysFlag
+    from service.main import create_app
+
+    monkeypatch.setattr(StoredKeysFlag, "RECHECK_S", 0.0)
+    settings = settings_factory(bare_db_url)  # no keys configured
+    db = Database(settings.database_url)
+    unmigrated = TestClient(create_app(settings, db), base_url="http://127.0.0.1")
+    assert unmigrated.get("/v1/jobs").status_code == 401  # cannot tell: closed, never open
+    upgrade(db)
+    assert unmigrated.get("/v1/jobs").status_code == 200  # asked again: no keys, the open set-up
+    with db.session() as session:
+        key, _secret = api_keys.create_key(
+            session, owner="alice", role=KeyRole.user, name="laptop", expires_at=None, actor=None
+        )
+        api_keys.revoke_key(session, key_id=key.id, actor=None)
+    restarted = TestClient(create_app(settings, db), base_url="http://127.0.0.1")
+    assert restarted.get("/v1/jobs").status_code == 401
+    db.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_two_keys_named_for_one_owner_bring_their_jobs_and_replays_along(
+    bare_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alice=<k1>, alice=<k2>: both keys' rows move to alice, and an Idempotency-Key both had used
+    (unique per owner) does not stop the move."""
+    from shared.owners import adopt_configured_owners, configured_keys
+
+    db = Database(bare_db_url)
+    upgrade(db, "0007")
+    first, second = "alice-first-key-0123456789", "alice-second-key-0123456789"
+    _insert_old_jobs(db, [_digest(first), _digest(second)])
+    with db.engine.begin() as connection:
+        replays = Table("idempotency_keys", MetaData(), autoload_with=connection)
+        job_ids = list(connection.scalars(select(Table("jobs", MetaData(), autoload_with=connection).c.id)))
+        for job_id, key in zip(job_ids[:2], (first, second), strict=True):
+            connection.execute(
+                insert(replays).values(
+                    owner=_digest(key), key="same", request_hash="0" * 64, job_id=job_id, created_at=utcnow()
+                )
+            )
+    upgrade(db)
+    settings = Settings(database_url=bare_db_url, api_keys=[f"alice={first}", f"alice={second}"])  # type: ignore[call-arg]
+    with db.engine.begin() as connection:
+        adopt_configured_owners(connection, configured_keys(settings))
+    with db.session() as session, session.begin():
+        owners = set(session.scalars(select(Job.owner)))
+    assert owners == {"alice"}
+    assert count_rows(db, IdempotencyKey) == 1
+    db.dispose()
