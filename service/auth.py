@@ -24,6 +24,7 @@ from shared.config import Settings, secret_digest, split_owner
 from shared.errors import Forbidden, Unauthorized
 from shared.models import ApiKey, KeyRole
 from shared.owners import ConfiguredKey, configured_keys
+from shared.resilience import is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -75,31 +76,35 @@ StoredKeyLookup = Callable[[str], ApiKey | None]
 
 class StoredKeysFlag:
     """Whether the database holds any key, asked at most every RECHECK_S. Without configured keys
-    this decides whether auth is on at all, so it fails closed: a database that cannot be asked (away,
-    not migrated yet) counts as holding keys until it answers — never an open API by accident."""
+    this decides whether auth is on at all, so it fails closed, never an open API by accident: while
+    the database is away the request gets 503 (as any request needing it does), and a database that
+    answers with an error (not migrated yet) counts as holding keys (401). Either way the next request
+    asks again."""
 
     RECHECK_S = 10.0
 
     def __init__(self, ask: Callable[[], bool]) -> None:
         self._ask = ask
         self._lock = threading.Lock()
-        self._value = True
+        self._value = True  # read only once asked
         self._asked_at: float | None = None
 
     def present(self) -> bool:
-        now = time.monotonic()
+        # The lock is held while the database is asked (a millisecond every RECHECK_S): a request
+        # arriving meanwhile waits for the answer rather than read a value nobody has asked yet.
         with self._lock:
+            now = time.monotonic()
             if self._asked_at is not None and now - self._asked_at < self.RECHECK_S:
                 return self._value
+            try:
+                self._value = self._ask()
+            except SQLAlchemyError as exc:
+                if is_transient(exc):
+                    raise  # the guard answers 503 database_unavailable, as for any request then
+                logger.warning("could not ask the database whether keys exist (%s): auth stays on", exc)
+                return True  # not remembered: the next request asks again
             self._asked_at = now
-        try:
-            value = self._ask()
-        except SQLAlchemyError as exc:
-            logger.warning("could not ask the database whether keys exist (%s): auth stays on", exc)
-            value = True
-        with self._lock:
-            self._value = value
-        return value
+            return self._value
 
 
 @dataclass(frozen=True)

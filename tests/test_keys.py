@@ -388,7 +388,10 @@ def test_auth_fails_closed_without_configured_keys(
     settings = settings_factory(bare_db_url)  # no keys configured
     db = Database(settings.database_url)
     unmigrated = TestClient(create_app(settings, db), base_url="http://127.0.0.1")
-    assert unmigrated.get("/v1/jobs").status_code == 401  # cannot tell: closed, never open
+    # It cannot tell: closed, never open. SQLite's "no such table" reads as the database being away
+    # (503, as any request then); Postgres' undefined table is an answer, taken as "keys exist" (401).
+    closed = 503 if make_url(bare_db_url).get_backend_name() == "sqlite" else 401
+    assert unmigrated.get("/v1/jobs").status_code == closed
     upgrade(db)
     assert unmigrated.get("/v1/jobs").status_code == 200  # asked again: no keys, the open set-up
     with db.session() as session:
@@ -431,3 +434,32 @@ def test_two_keys_named_for_one_owner_bring_their_jobs_and_replays_along(
     assert owners == {"alice"}
     assert count_rows(db, IdempotencyKey) == 1
     db.dispose()
+
+
+def test_requests_arriving_while_the_database_is_first_asked_wait_for_its_answer() -> None:
+    """The demo's set-up (no keys anywhere): requests that arrive together at a fresh API must all
+    be let in, not refused with 401 by a default read before the database has answered."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.auth import StoredKeysFlag
+
+    asked = []
+
+    def slow_no_keys() -> bool:
+        asked.append(1)
+        time.sleep(0.2)
+        return False
+
+    flag = StoredKeysFlag(slow_no_keys)
+    start = threading.Barrier(8)
+
+    def present(_: int) -> bool:
+        start.wait()
+        return flag.present()
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(present, range(8)))
+    assert answers == [False] * 8
+    assert len(asked) == 1  # asked once, not once per request
