@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, make_url, text
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import scratch_postgres  # noqa: E402
 from bench.outages import outage  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
@@ -186,20 +186,11 @@ def database(admin_url: str | None, root: Path) -> Iterator[str]:
         upgrade(Database(url))
         yield url
         return
-    name = f"gluejobs_abuse_{os.getpid()}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    db = Database(url)
-    upgrade(db)
-    db.dispose()
-    try:
+    with scratch_postgres(admin_url, f"gluejobs_abuse_{os.getpid()}") as url:
+        db = Database(url)
+        upgrade(db)
+        db.dispose()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def database_outage(args: argparse.Namespace) -> dict[str, Any]:

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, insert, make_url, text
+from sqlalchemy import insert, text
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import load_average, percentile  # noqa: E402
+from bench.harness import load_average, percentile, scratch_postgres  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db import Database  # noqa: E402
@@ -84,34 +84,29 @@ def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> N
 
 def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
     name = f"gluejobs_claim_bench_{os.getpid()}_{int(fair_share)}"
-    admin = create_engine(args.postgres, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
-    db = Database(url)
-    try:
-        upgrade(db)
-        fill(db, jobs=args.jobs, owners=args.owners)
-        settings = Settings(database_url=url, fair_share=fair_share)  # type: ignore[call-arg]
-        policy = ClaimPolicy.from_settings(settings)
-        ctx = multiprocessing.get_context("spawn")
-        out = ctx.Queue()
-        each = args.claims // args.workers
-        started = time.perf_counter()
-        processes = [
-            ctx.Process(target=work, args=(url, f"bench-{i}", each, policy, out)) for i in range(args.workers)
-        ]
-        for process in processes:
-            process.start()
-        latencies = [ms for _ in processes for ms in out.get(timeout=1800)]
-        elapsed = time.perf_counter() - started
-        for process in processes:
-            process.join(60)
-    finally:
-        db.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_postgres(args.postgres, name) as url:
+        db = Database(url)
+        try:
+            upgrade(db)
+            fill(db, jobs=args.jobs, owners=args.owners)
+            settings = Settings(database_url=url, fair_share=fair_share)  # type: ignore[call-arg]
+            policy = ClaimPolicy.from_settings(settings)
+            ctx = multiprocessing.get_context("spawn")
+            out = ctx.Queue()
+            each = args.claims // args.workers
+            started = time.perf_counter()
+            processes = [
+                ctx.Process(target=work, args=(url, f"bench-{i}", each, policy, out))
+                for i in range(args.workers)
+            ]
+            for process in processes:
+                process.start()
+            latencies = [ms for _ in processes for ms in out.get(timeout=1800)]
+            elapsed = time.perf_counter() - started
+            for process in processes:
+                process.join(60)
+        finally:
+            db.dispose()
     return {
         "fair_share": fair_share,
         "queued_jobs": args.jobs,

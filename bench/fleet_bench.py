@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, func, make_url, select, text
+from sqlalchemy import func, select
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import QUIET_API, bench_settings, percentile, run_folder  # noqa: E402
+from bench.harness import QUIET_API, bench_settings, percentile, run_folder, scratch_postgres  # noqa: E402
 from gluejobs.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.db import Database, read  # noqa: E402
@@ -95,10 +95,12 @@ def main() -> int:
     args = parser.parse_args()
 
     name = f"gluejobs_fleet_bench_{os.getpid()}"
-    admin = create_engine(args.postgres, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
+    with scratch_postgres(args.postgres, name) as database_url:
+        _run(args, database_url)
+    return 0
+
+
+def _run(args: argparse.Namespace, database_url: str) -> None:
     db = Database(database_url)
     try:
         with run_folder("gluejobs-fleet-") as root:
@@ -135,10 +137,6 @@ def main() -> int:
         print(json.dumps(figures))
     finally:
         db.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-    return 0
 
 
 def _figures(

@@ -116,3 +116,22 @@ def percentile(values: list[float], share: float) -> float:
 def load_average() -> str:
     """The machine's load averages (1, 5, 15 min): the figures of a shared machine follow them."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@contextmanager
+def scratch_postgres(admin_url: str, name: str) -> Iterator[str]:
+    """A fresh, empty Postgres database `name` on the server of `admin_url` (its URL), dropped
+    afterwards with whatever connections are still open to it."""
+    from sqlalchemy import create_engine, make_url, text
+
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()

@@ -19,13 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import bench_settings, load_average, percentile, run_folder  # noqa: E402
+from bench.harness import bench_settings, load_average, percentile, run_folder, scratch_postgres  # noqa: E402
 from gluejobs import stack  # noqa: E402
 from service.rate_limits import RateLimits  # noqa: E402
 from shared.config import Settings  # noqa: E402
@@ -104,19 +102,9 @@ def main() -> None:
             print(json.dumps(measure("sqlite", f"sqlite:///{root / 'gluejobs.db'}", root, args.requests)))
     if "postgres" not in args.databases:
         return
-    admin_url = make_url(args.postgres_url)
     name = f"gluejobs_rate_bench_{int(time.time())}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        with run_folder("gluejobs-rate-") as root:
-            url = admin_url.set(database=name).render_as_string(hide_password=False)
-            print(json.dumps(measure("postgres", url, root, args.requests)))
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_postgres(args.postgres_url, name) as url, run_folder("gluejobs-rate-") as root:
+        print(json.dumps(measure("postgres", url, root, args.requests)))
 
 
 if __name__ == "__main__":
