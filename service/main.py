@@ -37,7 +37,8 @@ from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.models import ApiKey
 from shared.owners import adopt_configured_owners
-from shared.storage import open_store
+from shared.storage import Store, StoreUnavailable, open_store
+from shared.stored_files import sweep_orphans
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,16 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
     return ring
 
 
+def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None:
+    """Uploaded bytes that no row holds (an API that died between the two writes) leave the store;
+    a store or database that is away leaves them to the next start."""
+    try:
+        store.once(lambda quick: sweep_orphans(db, quick, grace_s=settings.orphan_grace_s))
+    except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
+        what = type(exc).__name__
+        logger.warning("could not sweep the store's orphaned uploads (%s); the next start will", what)
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -89,6 +100,7 @@ def create_app(
     app.state.db = db or Database(settings.database_url)
     app.state.store = open_store(settings, retry_s=min(settings.storage_retry_s, API_STORE_RETRY_S))
     app.state.outage = outage.watch(app.state.db.engine)
+    sweep_orphan_uploads(settings, app.state.db, app.state.store)
     app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)

@@ -22,6 +22,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
+from service.upload_values import refuse_unstorable_filename
 from shared.errors import GluejobsError, InvalidRequest
 
 FILE_FIELD = "file"
@@ -106,6 +107,7 @@ class _Parts:
                 raise InvalidRequest("send one file per upload", field=FILE_FIELD)
             raw = options.get(b"filename", b"").decode("utf-8", "replace")
             self.filename = Path(raw.replace("\\", "/")).name  # a name, never a path of the client's
+            refuse_unstorable_filename(self.filename)  # before a byte of the file is written
             self._out = self.into.open("wb")
         elif len(self.fields) >= MAX_FIELDS:
             raise InvalidRequest(f"at most {MAX_FIELDS} form fields beside the file")

@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(
         default=2 * 1024**3, gt=0, description="POST /v1/files: larger uploads get 413, nothing kept"
     )
+    orphan_grace_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="An object under files/ in the store that no uploaded file's row holds is removed at "
+        "the API's start once it is this old (an API that died between storing an upload's bytes and "
+        "its row); younger ones may belong to an upload in flight",
+    )
 
     @field_validator("storage_url")
     @classmethod

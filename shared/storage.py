@@ -39,6 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from shared.config import Settings
 from shared.errors import GluejobsError
+from shared.faults import crash_point
 from shared.resilience import Backoff
 
 logger = logging.getLogger(__name__)
@@ -181,10 +182,12 @@ class Store:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             try:
                 self.fs.put_file(str(local), partial)
+                crash_point("store_put")  # tests: a process killed in the middle of a write
                 os.replace(partial, target)
             finally:
                 Path(partial).unlink(missing_ok=True)
             return
+        crash_point("store_put")
         self._retrying(
             f"upload {key}",
             lambda: self.fs.put_file(str(local), target, chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE),

@@ -19,13 +19,17 @@ from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, 
 from service.downloads import stored_download
 from service.file_schemas import FileCheck, FileDeleted, FilePublic
 from service.schemas import ErrorResponse, Page
+from service.upload_values import refuse_unstorable_report
 from service.uploads import FILE_FIELD, Received, receive_upload
 from shared import jobs_repo
 from shared.config import Settings
+from shared.faults import crash_point
 from shared.file_copies import keep_copy
 from shared.models import File
 from shared.storage import Store, StoreUnavailable, file_key
-from shared.upload_checks import PURPOSES, check_upload, task_of
+from shared.stored_files import remove_unheld
+from shared.tasks import GlueTask
+from shared.upload_checks import PURPOSES, UploadReport, check_upload, task_of
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +119,7 @@ def _keep(
     task = task_of(received.fields.get("task_name"))
     purpose = received.fields.get("purpose") or "train"
     report = check_upload(received.path, filename=received.filename, purpose=purpose, task=task)
+    refuse_unstorable_report(report)  # the same refusals on SQLite and Postgres, before anything is stored
     if dry_run:
         return FileCheck(
             filename=received.filename,
@@ -125,9 +130,33 @@ def _keep(
             columns=report.columns,
             checks=report.checks,
         )
+    file = jobs_repo.find_file(session, owner=owner, sha256=received.sha256, format=report.format)
+    created = file is None
+    if file is None:
+        file = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
+    if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
+        keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
+    return file, created
+
+
+def _store(
+    received: Received,
+    report: UploadReport,
+    store: Store,
+    session: Session,
+    *,
+    owner: str | None,
+    purpose: str,
+    task: GlueTask | None,
+) -> File:
+    """The bytes into the store, then the row: the file is visible only once both exist, and a failed
+    row write takes the bytes out again (a crash in between leaves them to shared/stored_files.py's
+    sweep at the next start). The bytes are written whether or not another owner's file holds them
+    already: the answer and the store's work are those of new bytes, so an upload cannot tell whether
+    someone else has a file."""
     key = file_key(received.sha256)
-    if not store.exists(key):
-        store.put(received.path, key)
+    store.put(received.path, key)
+    crash_point("after_store_put")  # tests: an API killed between the store and the database
     new = jobs_repo.NewFile(
         owner=owner,
         filename=received.filename,
@@ -140,12 +169,17 @@ def _keep(
         columns=report.columns,
         checks=report.checks,
     )
-    file, created = jobs_repo.add_file(session, new=new)
-    if created and not store.exists(key):  # the last other file with these bytes was deleted meanwhile
+    try:
+        file, _created = jobs_repo.add_file(session, new=new)
+    except BaseException:
+        try:
+            remove_unheld(session, store, received.sha256)
+        except Exception as exc:  # the database or the store is away: the start-up sweep removes them
+            logger.warning("an upload's bytes stay in the store until the next sweep: %s", type(exc).__name__)
+        raise
+    if not store.exists(key):  # the last other file with these bytes was deleted meanwhile
         store.put(received.path, key)
-    if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
-        keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
-    return file, created
+    return file
 
 
 @router.get("", response_model=Page[FilePublic])

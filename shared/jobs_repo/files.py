@@ -73,6 +73,17 @@ def add_file(session: Session, *, new: NewFile) -> tuple[File, bool]:
         return file, True
 
 
+def find_file(session: Session, *, owner: str | None, sha256: str, format: str) -> File | None:
+    """The owner's own file with these bytes and format, if it has one (never another owner's)."""
+    with read(session):
+        return session.scalars(
+            select(File)
+            .where(File.sha256 == sha256, File.format == format, _same_owner(owner))
+            .order_by(File.id)
+            .limit(1)
+        ).first()
+
+
 def _same_owner(owner: str | None) -> Any:
     return File.owner.is_(None) if owner is None else File.owner == owner
 
