@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.config import OWNER_NAME
 from shared.models import ApiKey, AuditEntry, KeyRole, utcnow
+from shared.owners import valid_owner_name
 
 # A key lives at most this long (and timedelta cannot overflow on the way).
 MAX_EXPIRY_DAYS = 3650
@@ -34,11 +34,7 @@ class KeyCreate(BaseModel):
     @field_validator("owner")
     @classmethod
     def _owner_name(cls, owner: str) -> str:
-        if not OWNER_NAME.fullmatch(owner):
-            raise ValueError(
-                "an owner's name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-            )
-        return owner
+        return valid_owner_name(owner, new=True)
 
     @field_validator("expires_at")
     @classmethod

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-OwnerName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+from shared.owners import valid_owner_name
+
+# Every route that takes an owner's name takes it through these (shared/owners.valid_owner_name).
+OwnerName = Annotated[str, AfterValidator(valid_owner_name)]
 
 
 class OwnerQuota(BaseModel):

@@ -11,8 +11,9 @@ from sqlalchemy.orm import Session
 
 from shared import audit
 from shared.db import read, write
+from shared.errors import InvalidRequest, quote
 from shared.models import ACTIVE_STATUSES, Job, JobStatus, Owner
-from shared.owners import ensure_owner
+from shared.owners import RESERVED_PREFIX, ensure_owner, is_reserved_owner_name
 from shared.quotas import QUOTA_FIELDS, QuotaDefaults, device_hours_24h, effective_quota
 
 SETTABLE = ("share", *QUOTA_FIELDS)
@@ -90,6 +91,12 @@ def set_owner_quota(
     if unknown:
         raise ValueError(f"not an owner setting: {sorted(unknown)}")
     with write(session):
+        if is_reserved_owner_name(name) and session.get(Owner, name) is None:
+            # Only the owner of a configured key (its row made at every start) may have such a name.
+            raise InvalidRequest(
+                f"no owner {quote(name)}: names starting with {RESERVED_PREFIX!r} are the service's own",
+                field="name",
+            )
         ensure_owner(session.connection(), name)
         row = session.scalars(select(Owner).where(Owner.name == name).with_for_update()).one()
         before = {field: getattr(row, field) for field in changes}

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Table, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from shared.config import Settings, configured_key_digest, split_owner
-from shared.models import File, IdempotencyKey, Job, Owner, Sweep
+from shared.config import OWNER_NAME, Settings, configured_key_digest, split_owner
+from shared.models import ApiKey, File, IdempotencyKey, Job, Owner, Sweep
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # The tables whose rows belong to an owner through an `owner` column.
@@ -27,6 +27,36 @@ OWNED_TABLES: tuple[Table, ...] = tuple(
     model.__table__  # type: ignore[misc]
     for model in (Job, Sweep, File, IdempotencyKey)
 )
+
+
+# Names the service derives and moves rows from (adopt_configured_owners): `key-<12 hex>` for a
+# configured key that names no owner, and a bare digest (the layout before owners). A key made over
+# the API, or an owner made by PATCH /v1/owners, may not take such a name: its rows would be handed to
+# a configured key's owner at the next start.
+RESERVED_PREFIX = "key-"
+OWNER_NAME_RULE = (
+    "an owner's name is 1 to 64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
+)
+
+
+def is_reserved_owner_name(name: str) -> bool:
+    """Whether `name` is of the kind the service derives for configured keys."""
+    lowered = name.lower()
+    return lowered.startswith(RESERVED_PREFIX) or bool(_DIGEST.fullmatch(lowered))
+
+
+def valid_owner_name(name: str, *, new: bool = False) -> str:
+    """`name` if it may name an owner, else ValueError saying why: the one rule of every route that
+    takes an owner's name. `new`: the name is being given to someone (a key made, an owner made), so
+    the names the service derives for configured keys are refused too."""
+    if not OWNER_NAME.fullmatch(name):
+        raise ValueError(OWNER_NAME_RULE)
+    if new and is_reserved_owner_name(name):
+        raise ValueError(
+            f"names starting with {RESERVED_PREFIX!r}, and 64-hex-digit names, are the service's own "
+            "(the owners of configured keys that name none)"
+        )
+    return name
 
 
 def unnamed_owner(digest: str) -> str:
@@ -66,7 +96,10 @@ def adopt_configured_owners(connection: Connection, keys: Iterable[ConfiguredKey
     moved = 0
     for key in keys:
         old = [key.digest, unnamed_owner(key.digest)]
-        old = [name for name in old if name != key.owner]
+        # A stored key's owner is a person's, never a configured key's, whatever its name (a key made
+        # before such names were refused): its rows stay where they are.
+        stored = set(connection.scalars(select(ApiKey.owner).where(ApiKey.owner.in_(old))))
+        old = [name for name in old if name != key.owner and name not in stored]
         _drop_colliding_replays(connection, old, key.owner)
         for table in OWNED_TABLES:
             result = connection.execute(update(table).where(table.c.owner.in_(old)).values(owner=key.owner))

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, status
 from service.auth import Principal
 from service.deps import After, PrincipalDep, RowId, SessionDep
 from service.key_schemas import AuditEntryPublic, KeyCreate, KeyCreated, KeyList, KeyPublic
+from service.owner_schemas import OwnerName
 from service.schemas import ErrorResponse, Page
 from shared import api_keys, audit
 from shared.errors import Conflict
@@ -58,7 +59,7 @@ def create_key(body: KeyCreate, session: SessionDep, principal: PrincipalDep) ->
 def read_keys(
     session: SessionDep,
     principal: PrincipalDep,
-    owner: Annotated[str | None, Query(max_length=64, description="Only this owner's keys")] = None,
+    owner: Annotated[OwnerName | None, Query(description="Only this owner's keys")] = None,
     include_revoked: Annotated[bool, Query(description="Revoked keys too")] = False,
 ) -> KeyList:
     """The stored keys, oldest first (configured keys are not listed: they live in the configuration)."""
