@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from service.error_log import describe_failure
 from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
 from service.schemas import JobCreate, SweepCreate
 from shared import error_words
@@ -146,12 +147,14 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(
             503, DATABASE_UNAVAILABLE, UNAVAILABLE_MESSAGE, headers={"Retry-After": str(RETRY_AFTER_S)}
         )
-    logger.exception("database error on %s %s", request.method, request.url.path, exc_info=exc)
+    path = shorten(request.url.path)
+    logger.error("database error on %s %s: %s", request.method, path, describe_failure(exc))
     return error_response(500, "internal_error", "internal error; the server log has the details")
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    path = shorten(request.url.path)
+    logger.error("unhandled error on %s %s: %s", request.method, path, describe_failure(exc))
     return error_response(500, "internal_error", "internal error; the server log has the details")
 
 

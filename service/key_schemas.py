@@ -42,8 +42,15 @@ class KeyCreate(BaseModel):
         if when is None:
             return None
         when = when if when.tzinfo else when.replace(tzinfo=UTC)  # a time without a zone is UTC
+        try:
+            # Stored in UTC: a time near the end of year 9999 in a zone west of it has no UTC time.
+            when = when.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"the expiry must be within {MAX_EXPIRY_DAYS} days from now") from None
         if when <= utcnow():
             raise ValueError("the expiry must be in the future")
+        if when > utcnow() + timedelta(days=MAX_EXPIRY_DAYS):
+            raise ValueError(f"the expiry must be within {MAX_EXPIRY_DAYS} days from now")
         return when
 
     @model_validator(mode="after")

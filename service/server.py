@@ -123,6 +123,7 @@ def uvicorn_config(settings: Settings, db: Database, *, host: str, port: int, **
     import uvicorn
 
     from service.connections import ClientEventLog, ConnectionLimits, guarded_protocol, install_log_filters
+    from service.error_log import install_bounded_lines
     from service.main import create_app
 
     limits = ConnectionLimits(
@@ -143,6 +144,7 @@ def uvicorn_config(settings: Settings, db: Database, *, host: str, port: int, **
         **options,
     )
     install_log_filters(events)  # after uvicorn.Config, which configures logging
+    install_bounded_lines("uvicorn", "uvicorn.access")
     return config
 
 

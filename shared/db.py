@@ -22,6 +22,9 @@ WRITE_OPTION = "gluejobs_write"
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    # A failed statement's message would quote its parameters: a key's digest, a file's labels, a
+    # job's spec. Error messages and logs name the statement only.
+    kwargs.setdefault("hide_parameters", True)
     sa_url = make_url(url)
     if sa_url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, **kwargs)
