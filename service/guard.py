@@ -43,6 +43,8 @@ from shared.errors import Forbidden, RateLimited, Unauthorized
 from shared.resilience import is_transient
 
 PROTECTED_PREFIX = "/v1"
+# Outside /v1 (Prometheus scrapes it where it expects it) but guarded as /v1 is: a key, its rate limit.
+METRICS_PATH = "/metrics"
 UPLOAD_PATH = "/v1/files"
 # The multipart framing around an upload's file: its headers and small form fields.
 UPLOAD_FRAMING_BYTES = 64 * 1024
@@ -93,7 +95,7 @@ class RequestGuard:
             await self._refuse(403, "forbidden_origin", message, scope, receive, send)
             return
         path: str = scope["path"]
-        if path == PROTECTED_PREFIX or path.startswith(f"{PROTECTED_PREFIX}/"):
+        if path in (PROTECTED_PREFIX, METRICS_PATH) or path.startswith(f"{PROTECTED_PREFIX}/"):
             try:
                 # A stored key and the rate count are database work: in a thread, as a sync route's.
                 principal = await anyio.to_thread.run_sync(

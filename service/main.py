@@ -128,9 +128,8 @@ def create_app(
     v1.include_router(owners.router)
     app.include_router(v1)
     app.include_router(health.router)
-    app.state.prometheus = {  # by whether the caller is an admin
-        admin: registry_for(app.state.db, lease_s=settings.lease_s, per_job=admin) for admin in (True, False)
-    }
+    # An admin's scrape (the whole fleet); other keys' are made per scrape, for their owner.
+    app.state.prometheus = registry_for(app.state.db, lease_s=settings.lease_s, per_job=True)
     app.include_router(prometheus.router)
     app.include_router(dashboard.router)
     dashboard.mount_static(app)

@@ -19,7 +19,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
-from sqlalchemy import ColumnElement, Float, case, func, select
+from sqlalchemy import ColumnElement, Float, case, func, select, true
 from sqlalchemy.orm import Session
 
 from shared.db import Database, read
@@ -31,22 +31,28 @@ JOB_DURATION_BUCKETS_S = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43
 EPOCH_DURATION_BUCKETS_S = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400)
 
 
-def registry_for(db: Database, *, lease_s: float, per_job: bool) -> CollectorRegistry:
-    """A registry of its own per app (not the process-wide default), holding only the database collector.
+def registry_for(
+    db: Database, *, lease_s: float, per_job: bool, owner: str | None = None
+) -> CollectorRegistry:
+    """A registry of its own (not the process-wide default), holding only the database collector.
 
-    `per_job`: series labelled with job ids (for admins, who may see every job); without it the same
-    figures are summed over the jobs, so a key learns nothing of other owners' jobs.
+    `per_job`: series labelled with job ids (for admins, who may see every job). `owner`: only that
+    owner's jobs are counted, and the workers (the fleet) not at all: what a key that is not an
+    admin's sees, so that it learns nothing of other owners' jobs.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(db, lease_s=lease_s, per_job=per_job))
+    registry.register(DatabaseCollector(db, lease_s=lease_s, per_job=per_job, owner=owner))
     return registry
 
 
 class DatabaseCollector(Collector):
-    def __init__(self, db: Database, *, lease_s: float, per_job: bool) -> None:
+    def __init__(self, db: Database, *, lease_s: float, per_job: bool, owner: str | None = None) -> None:
         self.db = db
         self.lease_s = lease_s
         self.per_job = per_job
+        self.owner = owner
+        # Every query of jobs goes through this: all jobs, or the one owner's.
+        self.mine: ColumnElement[bool] = true() if owner is None else Job.owner == owner
 
     def describe(self) -> list[Metric]:
         return []  # nothing to check at registration; collect() queries the database
@@ -56,13 +62,16 @@ class DatabaseCollector(Collector):
         with self.db.session() as session, read(session):
             yield from self._jobs(session, now)
             yield from self._durations(session)
-            yield from self._workers(session, now)
+            if self.owner is None:  # the fleet is the admins' to see
+                yield from self._workers(session, now)
             yield from self._throughput(session)
 
     # --- jobs -----------------------------------------------------------------------------------
 
     def _jobs(self, session: Session, now: datetime) -> Iterator[Metric]:
-        by_status = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+        by_status = dict(
+            session.execute(select(Job.status, func.count()).where(self.mine).group_by(Job.status)).all()
+        )
         jobs = GaugeMetricFamily(f"{PREFIX}_jobs", "Jobs by status", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status.value], by_status.get(status, 0))
@@ -72,7 +81,7 @@ class DatabaseCollector(Collector):
             select(
                 func.min(case((Job.status == JobStatus.queued, Job.created_at))),
                 func.coalesce(func.sum(Job.attempts), 0),
-            )
+            ).where(self.mine)
         ).one()
         yield GaugeMetricFamily(
             f"{PREFIX}_queue_depth", "Jobs waiting for a worker", value=by_status.get(JobStatus.queued, 0)
@@ -92,7 +101,7 @@ class DatabaseCollector(Collector):
         )
         rows = session.execute(
             select(Job.error_code, func.count())
-            .where(Job.status == JobStatus.failed)
+            .where(Job.status == JobStatus.failed, self.mine)
             .group_by(Job.error_code)
         ).all()
         for code, count in rows:
@@ -109,7 +118,7 @@ class DatabaseCollector(Collector):
         )
         rows = session.execute(
             select(Job.status, *_bucket_columns(job_seconds, JOB_DURATION_BUCKETS_S))
-            .where(finished, Job.started_at.is_not(None), Job.finished_at.is_not(None))
+            .where(finished, Job.started_at.is_not(None), Job.finished_at.is_not(None), self.mine)
             .group_by(Job.status)
         ).all()
         for status, *figures in rows:
@@ -123,7 +132,7 @@ class DatabaseCollector(Collector):
         per_epoch = runtime / func.nullif(epochs, 0.0)
         epoch_figures = session.execute(
             select(*_bucket_columns(per_epoch, EPOCH_DURATION_BUCKETS_S)).where(
-                Job.status == JobStatus.succeeded, runtime.is_not(None), epochs > 0
+                Job.status == JobStatus.succeeded, runtime.is_not(None), epochs > 0, self.mine
             )
         ).one()
         buckets, total = _buckets(EPOCH_DURATION_BUCKETS_S, list(epoch_figures))
@@ -171,7 +180,7 @@ class DatabaseCollector(Collector):
     def _throughput(self, session: Session) -> Iterator[Metric]:
         name = f"{PREFIX}_job_train_samples_per_second"
         running = session.execute(
-            select(Job.id, Job.spec, Job.num_processes).where(Job.status == JobStatus.running)
+            select(Job.id, Job.spec, Job.num_processes).where(Job.status == JobStatus.running, self.mine)
         ).all()
         rates = {
             job_id: _samples_per_second(session, job_id, spec, processes)

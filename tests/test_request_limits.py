@@ -1,7 +1,8 @@
 """Requests cost the API a bounded amount and answer with a fitting status, never a 500: job-id lists
 are parsed as ASCII digits in one bounded pass, dry runs are limited to GLUEJOBS_MAX_DRY_RUNS at once
 (429 + Retry-After), artifact paths too long for a file name get 422; /metrics names other owners'
-jobs to admin keys only. Against a live API on SQLite and Postgres."""
+jobs to admin keys only, shows a user key only its owner's jobs, and counts against the key's rate
+limit. Against a live API on SQLite and Postgres."""
 
 from __future__ import annotations
 
@@ -131,6 +132,43 @@ def test_metrics_name_jobs_to_admin_keys_only(api: httpx.Client, db: Database) -
 
     admin = wait_for(lambda: throughput(ROOT), timeout_s=10)
     assert [s.labels for s in admin] == [{"job": str(job["id"])}] and admin[0].value > 0
-    for key in (BOB, ALICE):  # a user key sees the sum, even of its own jobs: no job ids at all
-        [total] = throughput(key)
-        assert total.labels == {} and total.value == pytest.approx(admin[0].value)
+    # A user key sees the sum of its owner's jobs (no job ids at all), and nothing of others' jobs.
+    [alices] = throughput(ALICE)
+    assert alices.labels == {} and alices.value == pytest.approx(admin[0].value)
+    [bobs] = throughput(BOB)
+    assert bobs.labels == {} and bobs.value == 0
+
+
+def test_a_user_key_sees_its_own_jobs_in_metrics_and_no_fleet(api: httpx.Client, db: Database) -> None:
+    for key, count in ((ALICE, 2), (BOB, 1)):
+        for _ in range(count):
+            assert api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(key)).status_code == 201
+    with db.session() as session:
+        jobs_repo.register_worker(session, worker_id="w1", host="h", pid=1)
+
+    def samples(key: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        scrape = api.get("/metrics", headers=auth(key))
+        assert scrape.status_code == 200, scrape.text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(scrape.text)
+            for s in family.samples
+        }
+
+    queued = ("gluejobs_jobs", (("status", "queued"),))
+    everyone, alices, bobs = samples(ROOT), samples(ALICE), samples(BOB)
+    assert (everyone[queued], alices[queued], bobs[queued]) == (3, 2, 1)
+    assert (alices[("gluejobs_queue_depth", ())], bobs[("gluejobs_queue_depth", ())]) == (2, 1)
+    assert any(name.startswith("gluejobs_worker") for name, _ in everyone)
+    assert not any(name.startswith("gluejobs_worker") for name, _ in [*alices, *bobs])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_metrics_scrapes_count_against_the_keys_rate_limit(settings_factory: Any, db_url: str) -> None:
+    settings = settings_factory(db_url, api_keys=[ALICE, BOB], rate_reads_per_minute=5)
+    with live_api(settings) as api:
+        answers = [api.get("/metrics", headers=auth(ALICE)).status_code for _ in range(8)]
+        assert answers[:5] == [200] * 5 and set(answers[5:]) == {429}
+        assert api.get("/v1/jobs", headers=auth(ALICE)).status_code == 429  # one limit for both
+        assert api.get("/metrics", headers=auth(BOB)).status_code == 200  # a key's own limit
+        assert api.get("/metrics").status_code == 401

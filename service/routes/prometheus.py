@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from service.deps import PrincipalDep
+from service.prometheus import registry_for
 from service.schemas import ErrorResponse
 
 router = APIRouter(tags=["monitoring"])
@@ -25,8 +26,16 @@ def read_prometheus_metrics(request: Request, principal: PrincipalDep) -> Respon
     by state with their heartbeat age, and running jobs' training throughput (names `gluejobs_*`).
 
     Correct behind several API processes: nothing is counted in the process. With API keys
-    configured, a scrape needs one (Prometheus: `authorization: {credentials: <key>}`); series that
-    name a job (its throughput) are per job for admin keys only, summed over the jobs for others.
+    configured, a scrape needs one (Prometheus: `authorization: {credentials: <key>}`) and counts
+    against its rate limit as any request does. An admin key sees the whole fleet, per job; any other
+    key sees only its owner's jobs (summed, no job ids) and no workers.
     """
-    registry: CollectorRegistry = request.app.state.prometheus[principal.is_admin]
+    registry: CollectorRegistry
+    if principal.is_admin:
+        registry = request.app.state.prometheus
+    else:
+        settings = request.app.state.settings
+        registry = registry_for(
+            request.app.state.db, lease_s=settings.lease_s, per_job=False, owner=principal.owner
+        )
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
