@@ -11,8 +11,14 @@ Postgres with --postgres ADMIN_URL: ALTER DATABASE … ALLOW_CONNECTIONS false a
 terminated) while 4 clients on keep-alive connections send 200 mixed requests and a stream follows
 a job. Figures: status counts, failed connections, stream events lost or repeated, log lines.
 
+dedup: whether an upload's time tells that another owner holds the same bytes (issue 21, finding 9).
+An S3 store (moto's server, gluejobs.stack.S3Endpoint); one owner uploads a file of --file-mb MB;
+then, per trial, a fresh owner uploads those same bytes ("someone else has them") and bytes nobody
+has (the same size), in turn. Figures: each case's seconds per trial and the ratio of the medians.
+
     python bench/abuse_bench.py slow-clients [--slow 600] [--max-connections 200] [--plain-uvicorn]
     python bench/abuse_bench.py outage [--postgres postgresql+psycopg://postgres@127.0.0.1/test]
+    python bench/abuse_bench.py dedup [--file-mb 40] [--trials 3]
 """
 
 from __future__ import annotations
@@ -295,11 +301,75 @@ def database_outage(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def dedup_timing(args: argparse.Namespace) -> dict[str, Any]:
+    from gluejobs.stack import S3Endpoint
+
+    owners = [f"owner{n}=owner-{n}-key-0123456789abcdef" for n in range(args.trials + 1)]
+
+    def upload(base: str, entry: str, path: Path) -> tuple[int, float]:
+        started = time.perf_counter()
+        with path.open("rb") as content:
+            answer = httpx.post(
+                f"{base}/v1/files",
+                files={"file": ("train.csv", content)},
+                headers={"Authorization": f"Bearer {entry.split('=', 1)[1]}"},
+                timeout=300,
+            )
+        return answer.status_code, time.perf_counter() - started
+
+    def write(path: Path, tag: str) -> Path:
+        line = b"a sentence of a size that makes a file quickly,1\n"
+        with path.open("wb") as out:
+            out.write(b"sentence,label\n" + f"{tag},0\n".encode())
+            out.write(line * int(args.file_mb * 1e6 / len(line)))
+        return path
+
+    with tempfile.TemporaryDirectory(prefix="gluejobs-dedup-") as folder:
+        root = Path(folder)
+        endpoint = S3Endpoint(root / "moto.log")
+        os.environ.update(endpoint.environment())
+        try:
+            settings = {
+                "storage_url": "s3://bench/store",
+                "api_keys": ",".join(owners),
+                "max_upload_bytes": int(args.file_mb * 2e6),
+                "rate_submits_per_minute": 0,
+            }
+            with api(f"sqlite:///{root / 'db.sqlite'}", root, root / "api.log", plain=False, **settings) as (
+                base,
+                _pid,
+            ):
+                shared_file = write(root / "shared.csv", "shared")
+                first = upload(base, owners[0], shared_file)
+                assert first[0] == 201, first
+                known: list[float] = []
+                new: list[float] = []
+                statuses: Counter[str] = Counter()
+                for trial, owner in enumerate(owners[1:]):
+                    status, seconds = upload(base, owner, shared_file)  # bytes owner0 has
+                    statuses[f"known {status}"] += 1
+                    known.append(seconds)
+                    status, seconds = upload(base, owner, write(root / f"new-{trial}.csv", f"new {trial}"))
+                    statuses[f"new {status}"] += 1
+                    new.append(seconds)
+        finally:
+            endpoint.close()
+    return {
+        "scenario": "dedup",
+        "store": "s3 (moto)",
+        "file_mb": args.file_mb,
+        "statuses": dict(statuses),
+        "someone_elses_bytes_s": [round(s, 2) for s in known],
+        "new_bytes_s": [round(s, 2) for s in new],
+        "median_ratio_known_to_new": round(statistics.median(known) / statistics.median(new), 2),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("scenario", choices=["slow-clients", "outage"])
+    parser.add_argument("scenario", choices=["slow-clients", "outage", "dedup"])
     parser.add_argument("--slow", type=int, default=600, help="slow connections")
     parser.add_argument("--max-connections", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -307,8 +377,11 @@ def main() -> int:
     parser.add_argument(
         "--postgres", default=None, help="an admin URL: the outage on a fresh Postgres database"
     )
+    parser.add_argument("--file-mb", type=float, default=40.0, help="dedup: the uploaded file's size")
+    parser.add_argument("--trials", type=int, default=3, help="dedup: uploads of each kind")
     args = parser.parse_args()
-    figures = slow_clients(args) if args.scenario == "slow-clients" else database_outage(args)
+    scenarios = {"slow-clients": slow_clients, "outage": database_outage, "dedup": dedup_timing}
+    figures = scenarios[args.scenario](args)
     print(json.dumps(figures))
     return 0
 
