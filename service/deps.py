@@ -68,7 +68,7 @@ def get_principal(
     """The caller. The request guard found it for every /v1 request (and refused unknown keys);
     routes need its identity for ownership checks."""
     principal: Principal | None = getattr(request.state, "principal", None)
-    if principal is None:  # a route outside /v1 (the metrics page)
+    if principal is None:  # a route the guard does not admit (outside /v1 and /metrics)
         principal = keys.principal(request.headers.get("authorization"))
     return principal
 

@@ -9,6 +9,7 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
   (`request.state.principal`), and a read-only key's state-changing request gets 403;
 - a key over its rate limit gets 429 with Retry-After (service/rate_limits.py: counted in the
   database, in the same thread call as the key's lookup; the health routes are outside /v1);
+  /metrics is admitted and counted as a /v1 read is;
 - a body is capped by the bytes actually received, not by trusting Content-Length: a declared
   length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
   uploads have no Content-Length) stops being read and gets 413;

@@ -131,9 +131,9 @@ def _keep(
             checks=report.checks,
         )
     file = jobs_repo.find_file(session, owner=owner, sha256=received.sha256, format=report.format)
-    created = file is None
+    created = False
     if file is None:
-        file = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
+        file, created = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
     if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
         keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
     return file, created
@@ -148,7 +148,7 @@ def _store(
     owner: str | None,
     purpose: str,
     task: GlueTask | None,
-) -> File:
+) -> tuple[File, bool]:
     """The bytes into the store, then the row: the file is visible only once both exist, and a failed
     row write takes the bytes out again (a crash in between leaves them to shared/stored_files.py's
     sweep at the next start). The bytes are written whether or not another owner's file holds them
@@ -170,7 +170,7 @@ def _store(
         checks=report.checks,
     )
     try:
-        file, _created = jobs_repo.add_file(session, new=new)
+        file, created = jobs_repo.add_file(session, new=new)  # not created: the owner's upload at once
     except BaseException:
         try:
             remove_unheld(session, store, received.sha256)
@@ -179,7 +179,7 @@ def _store(
         raise
     if not store.exists(key):  # the last other file with these bytes was deleted meanwhile
         store.put(received.path, key)
-    return file
+    return file, created
 
 
 @router.get("", response_model=Page[FilePublic])
