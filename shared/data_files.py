@@ -26,7 +26,8 @@ import pandas as pd
 
 from shared.config import Settings
 from shared.data_scope import stored_data_path
-from shared.errors import InvalidSpec, JobFailed
+from shared.errors import InvalidSpec, JobFailed, shorten
+from shared.file_limits import FileLimits, OverLimit, check_file
 from shared.spec import JobSpec
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS, GlueTask
@@ -46,6 +47,7 @@ _TSV_OPTIONS: dict[str, Any] = {
     "engine": "c",
 }
 SPEC_FILE_FIELDS = ("train_file", "validation_file", "test_file")
+SHOWN_CHARS = 80  # of a value from a file in a message
 
 
 class DataError(JobFailed):
@@ -76,7 +78,8 @@ class Table:
         """A value from the file as the user wrote it (7 or 'maybe', not np.int64(7)), or withheld."""
         if not self.quotable:
             return "(value withheld: not your file)"
-        return repr(value.item() if isinstance(value, np.generic) else value)
+        # Bounded: a cell can be 100 KB, a message quotes its start.
+        return shorten(repr(value.item() if isinstance(value, np.generic) else value), SHOWN_CHARS)
 
 
 @dataclass
@@ -262,17 +265,23 @@ def _read_spec_files(
         if not path.is_file():
             raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR", field=name)
         may_quote = quotable(path)
-        frame = read_frame(path, where, field=name, quotable=may_quote)
+        frame = read_frame(path, where, field=name, quotable=may_quote, limits=FileLimits.of(settings))
         tables[name] = Table(frame, where, file_fingerprint(path), name, path, may_quote)
     return tables
 
 
-def read_frame(path: Path, where: str, *, field: str | None, quotable: bool = True) -> pd.DataFrame:
-    """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric)."""
+def read_frame(
+    path: Path, where: str, *, field: str | None, quotable: bool = True, limits: FileLimits | None = None
+) -> pd.DataFrame:
+    """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric),
+    once its shape is within `limits` (shared/file_limits.py: checked before any cell is decoded)."""
     if path.stat().st_size == 0:  # each reader words this its own way (pyarrow: "file size is 0 bytes")
         raise DataError(f"{where} is empty: it has no header row and no rows", field=field)
     try:
+        check_file(path, limits or FileLimits.defaults())
         frame = _read_by_suffix(path)
+    except OverLimit as exc:
+        raise DataError(f"{where}: {exc.message}", field=field) from exc
     except pd.errors.EmptyDataError as exc:  # in pandas' words "No columns to parse from file"
         raise DataError(f"{where} is empty: it has no header row and no rows", field=field) from exc
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors all derive from these
@@ -287,7 +296,7 @@ def read_error(exc: BaseException, path: Path, quotable: bool) -> str:
     file's text, so only its kind is given when the caller does not own the file."""
     if not quotable:
         return f"{type(exc).__name__} (details withheld: not your file)"
-    return str(exc).replace(str(path), path.name)
+    return shorten(str(exc).replace(str(path), path.name), 300)  # a parser may quote a whole line
 
 
 def _read_by_suffix(path: Path) -> pd.DataFrame:
@@ -413,10 +422,26 @@ def _own_label_ids(
 
 
 def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
+    _check_scalar_labels(table, labels)
     empty = labels.isna() | labels.astype(str).str.strip().eq("")
     if empty.any():
         row = int(np.flatnonzero(empty.to_numpy())[0])
         raise DataError(f"{table.where}: empty label on row {table.row_number(row)}", field=table.field)
+
+
+def _check_scalar_labels(table: Table, labels: pd.Series) -> None:
+    """A label is a number or a string: a JSON object or list (unhashable) is refused naming the column."""
+    if labels.dtype != object:
+        return
+    nested = labels.map(lambda value: isinstance(value, dict | list | tuple | set | np.ndarray))
+    if nested.any():
+        row = int(np.flatnonzero(nested.to_numpy())[0])
+        kind = type(labels.iloc[row]).__name__
+        raise DataError(
+            f"{table.where}: the {LABEL!r} column holds a {kind} on row {table.row_number(row)}; "
+            "a label is a number or a string",
+            field=table.field,
+        )
 
 
 # --- a GLUE task ---------------------------------------------------------------------------------
@@ -639,7 +664,10 @@ def _read_tsv_columns(
     if header is not None:
         options |= {"header": None, "names": list(header)}
     try:
+        check_file(path, FileLimits.defaults())
         frame = pd.read_csv(path, **options)
+    except OverLimit as exc:
+        raise DataError(f"{where}: {exc.message}", field=field) from exc
     except (ValueError, OSError) as exc:
         raise DataError(f"could not read {where}: {read_error(exc, path, True)}", field=field) from exc
     missing = [column for column in wanted if column not in frame.columns]

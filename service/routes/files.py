@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.downloads import stored_download
+from service.file_checks import FileChecks
 from service.file_schemas import FileCheck, FileDeleted, FilePublic
 from service.schemas import ErrorResponse, Page
 from service.uploads import FILE_FIELD, Received, receive_upload
@@ -25,7 +26,7 @@ from shared.config import Settings
 from shared.file_copies import keep_copy
 from shared.models import File
 from shared.storage import Store, StoreUnavailable, file_key
-from shared.upload_checks import PURPOSES, check_upload, task_of
+from shared.upload_checks import PURPOSES, task_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ UPLOAD_BODY: dict[str, Any] = {
         },
         400: {"model": ErrorResponse, "description": "The upload was cut off; nothing was kept"},
         413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_UPLOAD_BYTES"},
+        429: {"model": ErrorResponse, "description": "GLUEJOBS_MAX_FILE_CHECKS uploads are being checked"},
         503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
     },
 )
@@ -96,7 +98,7 @@ async def create_file(
     )
     try:
         kept = await anyio.to_thread.run_sync(
-            _keep, received, settings, store, session, principal.owner, dry_run
+            _keep, received, request.app.state.file_checks, settings, store, session, principal.owner, dry_run
         )
     finally:
         received.path.unlink(missing_ok=True)
@@ -110,11 +112,19 @@ async def create_file(
 
 
 def _keep(
-    received: Received, settings: Settings, store: Store, session: Session, owner: str | None, dry_run: bool
+    received: Received,
+    checks: FileChecks,
+    settings: Settings,
+    store: Store,
+    session: Session,
+    owner: str | None,
+    dry_run: bool,
 ) -> FileCheck | tuple[File, bool]:
     task = task_of(received.fields.get("task_name"))
     purpose = received.fields.get("purpose") or "train"
-    report = check_upload(received.path, filename=received.filename, purpose=purpose, task=task)
+    report = checks.check(
+        received.path, filename=received.filename, purpose=purpose, task_name=task.name if task else None
+    )
     if dry_run:
         return FileCheck(
             filename=received.filename,
