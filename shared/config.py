@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     # The shape of any data file the API reads (uploads, dry runs, submissions): checked before its
     # cells are decoded (shared/file_limits.py), so a small file cannot unfold into gigabytes.
     file_max_columns: int = Field(
-        default=1000, ge=1, description="Columns a data file may have; wider files get 422"
+        default=100, ge=1, description="Columns a data file may have; wider files get 422"
     )
     file_max_cell_bytes: int = Field(
         default=64 * 1024, ge=1, description="Bytes in one cell of a data file (a sentence); more: 422"

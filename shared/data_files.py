@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from shared.file_limits import FileLimits, OverLimit, check_file
 from shared.spec import JobSpec
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS, GlueTask
+from shared.upload_tally import StoredUpload, tally_frame
 from shared.uploaded_files import cache_path, is_file_id
 
 LABEL = "label"
@@ -69,9 +70,14 @@ class Table:
     # The rows before this piece of the source (a file checked piece by piece as it is uploaded), so
     # that messages number rows as the file does.
     first_row: int = 0
+    # An uploaded file's label tally standing in for its rows (shared/upload_tally.py): the rows of
+    # the file each of the frame's rows stands for.
+    weights: np.ndarray | None = None
 
-    def row_number(self, index: int) -> int:
+    def row_number(self, index: int) -> int | str:
         """The row number (from 1, as people count) of the frame's `index`-th row in the source."""
+        if self.weights is not None:
+            return f"? (one of {int(self.weights[index])} rows with it, by the upload's tally)"
         return self.first_row + index + 1
 
     def shown(self, value: Any) -> str:
@@ -90,8 +96,13 @@ class Split:
     labels: np.ndarray | None
     table: Table
     rows_in_source: int  # before max_train_samples / max_eval_samples
+    # An uploaded file's tally (Table.weights): the rows each label stands for, and the rows used.
+    weights: np.ndarray | None = None
+    rows_used: int | None = None
 
     def __len__(self) -> int:
+        if self.rows_used is not None:
+            return self.rows_used
         return len(self.texts)
 
 
@@ -183,6 +194,7 @@ def read_job_data(
     hub: HubReader | None = None,
     train: bool = True,
     quotable: Callable[[Path], bool] = lambda _path: True,
+    stored: Mapping[str, StoredUpload] | None = None,
 ) -> JobData:
     """The job's train, eval and test rows, with text columns and label ids or scores.
 
@@ -192,9 +204,11 @@ def read_job_data(
     (eval_strategy "no") and no validation_file names them. With train=False only the evaluation
     rows are read (a task's majority-class baseline); that needs a task_name. `quotable` says of a
     spec file whether error messages may quote what it holds (the API asks whether the caller owns it).
+    `stored` ({sha256: what its upload's check found}) stands in for uploaded files, which the API
+    then does not read again (shared/upload_tally.py).
     """
     skip = () if train else ("train_file", "test_file")
-    files = _read_spec_files(spec, settings, skip=skip, quotable=quotable)
+    files = _read_spec_files(spec, settings, skip=skip, quotable=quotable, stored=stored or {})
     unread: list[str] = []
     train_split: Split | None
     if spec.task_name is None:
@@ -239,6 +253,8 @@ def _first_rows(rows: Split, limit: int | None) -> Split:
     # run_glue.py's max_train_samples / max_eval_samples: the first N rows, not a random sample.
     if limit is None or limit >= len(rows):
         return rows
+    if rows.weights is not None:  # a tally has no order: the count is cut, the labels' tally is the file's
+        return Split(rows.texts, rows.labels, rows.table, rows.rows_in_source, rows.weights, limit)
     labels = rows.labels[:limit] if rows.labels is not None else None
     return Split(rows.texts.iloc[:limit].reset_index(drop=True), labels, rows.table, rows.rows_in_source)
 
@@ -247,7 +263,12 @@ def _first_rows(rows: Split, limit: int | None) -> Split:
 
 
 def _read_spec_files(
-    spec: JobSpec, settings: Settings, *, skip: tuple[str, ...], quotable: Callable[[Path], bool]
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    skip: tuple[str, ...],
+    quotable: Callable[[Path], bool],
+    stored: Mapping[str, StoredUpload],
 ) -> dict[str, Table]:
     data_root = settings.data_dir.resolve()
     tables: dict[str, Table] = {}
@@ -258,6 +279,11 @@ def _read_spec_files(
         if is_file_id(value):
             record = (spec.uploaded_files or {})[name]  # type: ignore[index]
             where = f"{name} {value} ({record.filename!r})"
+            if record.sha256 in stored:
+                frame, weights = tally_frame(stored[record.sha256])
+                fingerprint = f"upload:{record.sha256}"
+                tables[name] = Table(frame, where, fingerprint, name, path, quotable(path), weights=weights)
+                continue
             if not path.is_file():  # the caller fetches uploaded files first
                 raise DataError(f"{where}: this machine has no copy of it", field=name)
         else:
@@ -538,6 +564,9 @@ def _column(table: Table, name: str) -> pd.Series:
 
 def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray | None) -> Split:
     texts = pd.DataFrame({key: _texts(table, key) for key in text_keys if key is not None})
+    if table.weights is not None:
+        rows = int(table.weights.sum())
+        return Split(texts, labels, table, rows, table.weights, rows)
     return Split(texts, labels, table, len(table.frame))
 
 

@@ -65,6 +65,7 @@ MAX_PIECE_BYTES = 32 * 1024 * 1024
 PURPOSES = ("train", "validation", "test")
 # A label column with more distinct values than this is a column of scores, or no classification.
 MAX_CLASSES = 10_000
+MAX_COLUMN_NAME_CHARS = 256
 FIELD = "file"
 
 
@@ -117,7 +118,7 @@ def check_upload(
             if not len(frame):
                 continue
             if rows == 0:
-                columns = [str(c) for c in frame.columns]
+                columns = _column_names(frame, where)
             table = Table(frame, where, "", FIELD, path, True, first_row=rows)
             if text_keys is None:
                 text_keys = _infer_text_keys(table)
@@ -140,7 +141,34 @@ def check_upload(
     return UploadReport(suffix.removeprefix("."), rows, columns, checks)
 
 
-def _pieces(path: Path, suffix: str, limits: FileLimits) -> Iterator[pd.DataFrame]:
+def _column_names(frame: pd.DataFrame, where: str) -> list[str]:
+    """The columns as the file's row keeps them (and every listing of files shows them): bounded."""
+    columns = [str(c) for c in frame.columns]
+    for name in columns:
+        if len(name) > MAX_COLUMN_NAME_CHARS:
+            raise InvalidRequest(
+                f"{where}: a column name ({quote(name)}) is longer than {MAX_COLUMN_NAME_CHARS} "
+                "characters (a fixed limit)",
+                field=FIELD,
+            )
+    return columns
+
+
+def first_rows(path: Path, rows: int, limits: FileLimits) -> pd.DataFrame:
+    """The first `rows` rows of an uploaded file that passed these checks (a dry run's sample of its
+    texts): read a piece at a time up to them, not the file."""
+    pieces, read = [], 0
+    for frame in _pieces(path, path.suffix.lower(), limits, scan=False):
+        pieces.append(frame)
+        read += len(frame)
+        if read >= rows:
+            break
+    return pd.concat(pieces, ignore_index=True).iloc[:rows] if pieces else pd.DataFrame()
+
+
+def _pieces(path: Path, suffix: str, limits: FileLimits, *, scan: bool = True) -> Iterator[pd.DataFrame]:
+    """The file a piece at a time; `scan=False` skips the text scan of the whole file's shape, for a
+    file that passed it when it was uploaded."""
     if suffix == ".parquet":
         for group in parquet_row_groups(path, limits):
             for piece in decoded_slices(group, PIECE_BYTES):
@@ -150,7 +178,11 @@ def _pieces(path: Path, suffix: str, limits: FileLimits) -> Iterator[pd.DataFram
         yield from _json_array_pieces(path, limits)
         return
     sep = {".csv": ",", ".tsv": "\t"}.get(suffix)
-    longest = check_text_file(path, sep=sep, quoted=suffix == ".csv", limits=limits)
+    longest = (
+        check_text_file(path, sep=sep, quoted=suffix == ".csv", limits=limits)
+        if scan
+        else limits.max_row_bytes
+    )
     rows = min(_rows_per_piece(_bytes_per_line(path)), max(1, MAX_PIECE_BYTES // max(1, longest)))
     if suffix == ".tsv":
         yield from pd.read_csv(path, **_TSV_OPTIONS, chunksize=rows)

@@ -27,8 +27,10 @@ from shared.config import Settings
 from shared.data_files import DataError, read_frame
 from shared.errors import InvalidRequest, TooBusy
 from shared.file_limits import FileLimits
-from shared.storage import open_store
+from shared.storage import file_key, open_store
+from shared.uploaded_files import cache_path
 from tests.e2e import LOOPBACK_URL, api_process
+from tests.kit import TINY_MODEL
 
 logger = logging.getLogger(__name__)
 ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
@@ -233,3 +235,44 @@ def test_data_folder_files_are_held_to_the_same_limits(tmp_path: Path) -> None:
         with pytest.raises(DataError, match=setting) as refused:
             read_frame(path, f"train_file {path.name!r}", field="train_file", limits=limits)
         assert refused.value.field == "train_file" and len(refused.value.message) < 400
+
+
+def test_jobs_on_an_uploaded_file_use_its_upload_s_checks_and_do_not_read_it_again(
+    keyed: Settings, tmp_path: Path
+) -> None:
+    """A submission checks an uploaded file by what its upload found (rows, columns, label tally):
+    with the stored bytes and this machine's copy replaced by junk, a job on it still passes, and one
+    whose task its labels do not fit is refused in the reading rule's words."""
+    names = ("negative", "positive")
+    rows = b"sentence,label\n" + b"".join(f"a sentence {i},{names[i % 2]}\n".encode() for i in range(40))
+    with TestClient(create_app(keyed), base_url=LOOPBACK_URL) as client:
+        file = client.post("/v1/files", files={"file": ("train.csv", rows)}, headers=as_(ALICE)).json()
+        plan = client.post(
+            "/v1/jobs?dry_run=true",
+            json={"spec": {"model_name_or_path": TINY_MODEL, "task_name": "sst2", "train_file": file["id"]}},
+            headers=as_(ALICE),
+        )
+        assert plan.status_code == 200, plan.text
+        assert plan.json()["data"]["splits"]["train"]["rows"] == 40
+        assert plan.json()["data"]["splits"]["train"]["label_counts"] == {"negative": 20, "positive": 20}
+        assert plan.json()["tokens"]["train"]["sample"] == "the first 40 of 40 rows (an uploaded file)"
+
+        store = open_store(keyed)
+        stored = Path(store.path(file_key(file["sha256"])))
+        stored.unlink()  # the copy in the cache is a link to it: both go
+        stored.write_bytes(b"\x00 not a table any more \xff")
+        cache_path(keyed.cache_dir, file["sha256"], ".csv").unlink(missing_ok=True)
+
+        spec = {"model_name_or_path": TINY_MODEL, "task_name": "sst2", "train_file": file["id"], "seed": 1}
+        job = client.post("/v1/jobs", json={"spec": spec}, headers=as_(ALICE))
+        assert job.status_code == 201, job.text
+        sweep_spec = {**spec, "task_name": "mnli", "eval_strategy": "no"}
+        refused = client.post("/v1/jobs", json={"spec": sweep_spec}, headers=as_(ALICE))
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["error"]["message"]
+        assert (
+            "label 'negative' on row ? (one of 20 rows with it, by the upload's tally) does not fit"
+            in message
+        )
+        assert refused.json()["error"]["field"] == "spec.train_file"
+        assert not cache_path(keyed.cache_dir, file["sha256"], ".csv").exists()  # never fetched to be read
