@@ -3,8 +3,8 @@
 The checks themselves are bounded (shared/file_limits.py refuses a hostile shape before decoding
 it), but they run parsers written in C over bytes a stranger chose: a parser bug or a shape the
 limits did not foresee must cost that upload a 422, not the API. So each check runs in a child
-process forked from a forkserver that has pandas and pyarrow imported already (a fork costs a few
-milliseconds, not the seconds of a fresh interpreter), under
+process forked from a forkserver that has pandas and pyarrow imported and warmed already
+(service/file_check_warmup.py: 0.15-0.2 s per upload, not the seconds of a fresh interpreter), under
 - RLIMIT_AS: GLUEJOBS_FILE_CHECK_MEMORY_BYTES beyond what the child had when it started (pandas
   and pyarrow raise MemoryError past it, which answers 422 naming the setting);
 - RLIMIT_CPU: GLUEJOBS_FILE_CHECK_CPU_S (the kernel ends the child; 422 naming the setting).
@@ -14,6 +14,7 @@ only waits on a pipe, so its memory does not grow with the file, whatever the fi
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import resource
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 # A child that has neither answered nor been ended by its CPU limit this long after it was due is
 # stuck (waiting, not computing): it is killed.
 GRACE_S = 30
+# Imported once in the forkserver, so each child starts with its readers loaded.
+PRELOAD = ["service.file_checks", "service.file_check_warmup"]
 
 
 class FileChecks:
@@ -44,7 +47,7 @@ class FileChecks:
         methods = multiprocessing.get_all_start_methods()
         self._context: Any = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         if "forkserver" in methods:
-            self._context.set_forkserver_preload(["service.file_checks"])
+            self._context.set_forkserver_preload(PRELOAD)
 
     def check(self, path: Path, *, filename: str, purpose: str, task_name: str | None) -> UploadReport:
         """shared.upload_checks.check_upload in a limited child process; TooBusy (429) when every slot
@@ -113,6 +116,9 @@ def _check_in_child(
     limits: FileLimits,
     caps: tuple[int, int],
 ) -> None:
+    # A collection would touch every object inherited from the forkserver, copying its pages: a
+    # short-lived child does without one.
+    gc.disable()
     memory_bytes, cpu_s = caps
     import pyarrow
 
