@@ -557,7 +557,8 @@ def _scores(table: Table, labels: pd.Series) -> np.ndarray:
 
 def _column(table: Table, name: str) -> pd.Series:
     if name not in table.frame.columns:
-        columns = f" (its columns: {', '.join(map(str, table.frame.columns))})" if table.quotable else ""
+        names = shorten(", ".join(map(str, table.frame.columns)), 300)  # a header can be 1 MiB
+        columns = f" (its columns: {names})" if table.quotable else ""
         raise DataError(f"{table.where} has no {name!r} column{columns}", field=table.field)
     return table.frame[name]
 
