@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path as FilePath
 from typing import Annotated
 
 from annotated_types import Ge, Le
@@ -19,6 +20,7 @@ from shared.errors import NotFound
 from shared.file_copies import local_copy
 from shared.models import File, Job, Sweep
 from shared.storage import Store
+from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
 
 
@@ -89,7 +91,8 @@ def get_data_scope(
 ) -> DataScope:
     """Where the caller's data paths resolve (shared/data_scope.py): the whole data folder without
     keys and for admin keys, the key owner's own folder for every other key; uploaded files by id
-    among the caller's own (admin keys: anyone's), fetched into this machine's cache to be read."""
+    among the caller's own (admin keys: anyone's), checked by what their upload's check found
+    (never read again for that); fetched into this machine's cache only when rows must be read."""
 
     def uploaded(file_id: str, field: str) -> tuple[UploadedFile, bool]:
         row = jobs_repo.row_id(file_id)
@@ -100,10 +103,24 @@ def get_data_scope(
         except NotFound:
             raise NotFound(f"{file_id} not found", field=f"spec.{field}") from None
         record = UploadedFile(id=file_id, filename=file.filename, bytes=file.bytes, sha256=file.sha256)
-        local_copy(store, settings.cache_dir, sha256=file.sha256, suffix=record.suffix)
+        # What the upload's check found stands in for the file: a job on it does not read it again.
+        stored[file.sha256] = StoredUpload(
+            rows=file.rows, columns=list(file.columns), checks=dict(file.checks)
+        )
         return record, file.owner == principal.owner
 
-    return data_scope(settings, owner=principal.owner, is_admin=principal.is_admin, uploads=uploaded)
+    def fetch(record: UploadedFile) -> FilePath:
+        return local_copy(store, settings.cache_dir, sha256=record.sha256, suffix=record.suffix)
+
+    stored: dict[str, StoredUpload] = {}
+    return data_scope(
+        settings,
+        owner=principal.owner,
+        is_admin=principal.is_admin,
+        uploads=uploaded,
+        stored=stored,
+        fetch=fetch,
+    )
 
 
 DataScopeDep = Annotated[DataScope, Depends(get_data_scope)]

@@ -11,6 +11,7 @@ from service import outage
 from service.auth import KeyRing, StoredKeysFlag
 from service.dry_runs import DryRunSlots
 from service.errors import install_error_handlers
+from service.file_checks import FileChecks
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
@@ -103,6 +104,7 @@ def create_app(
     sweep_orphan_uploads(settings, app.state.db, app.state.store)
     app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
+    app.state.file_checks = FileChecks(settings)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
     install_error_handlers(app)
     app.add_middleware(

@@ -83,6 +83,45 @@ class Settings(BaseSettings):
         "the API's start once it is this old (an API that died between storing an upload's bytes and "
         "its row); younger ones may belong to an upload in flight",
     )
+    # The shape of any data file the API reads (uploads, dry runs, submissions): checked before its
+    # cells are decoded (shared/file_limits.py), so a small file cannot unfold into gigabytes.
+    file_max_columns: int = Field(
+        default=100, ge=1, description="Columns a data file may have; wider files get 422"
+    )
+    file_max_cell_bytes: int = Field(
+        default=64 * 1024, ge=1, description="Bytes in one cell of a data file (a sentence); more: 422"
+    )
+    file_max_row_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="Bytes in one row (one line, one JSON record) of a data file, the header included; "
+        "more: 422",
+    )
+    file_max_row_group_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1,
+        description="A parquet row group's size once read (its uncompressed bytes plus 8 per cell), from "
+        "its metadata, before any page is decoded; more: 422",
+    )
+    file_max_text_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=1,
+        description="Bytes of cells in a whole data file once decoded (a parquet file's strings, a text "
+        "file's bytes); more: 422",
+    )
+    max_file_checks: int = Field(
+        default=2,
+        ge=1,
+        description="Uploads checked at once, each in a child process; more get 429 with Retry-After",
+    )
+    file_check_memory_bytes: int = Field(
+        default=1024**3,
+        ge=64 * 1024 * 1024,
+        description="Address space an upload's check may add to its child process (RLIMIT_AS); past it: 422",
+    )
+    file_check_cpu_s: int = Field(
+        default=120, ge=1, description="CPU seconds an upload's check may take (RLIMIT_CPU); past it: 422"
+    )
 
     @field_validator("storage_url")
     @classmethod

@@ -110,7 +110,7 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
     except DataError as exc:
         raise as_invalid_spec(exc) from exc
     try:
-        data = read_job_data(spec, settings, quotable=scope.owns)
+        data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
         predict = _predict_splits(spec, settings)
     except DataError as exc:
         refusal = as_invalid_spec(exc)
@@ -179,16 +179,18 @@ def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
 def _split_report(rows: Split, data: JobData) -> SplitReport:
     counts: dict[str, int] | None = None
     scores: dict[str, float] | None = None
+    # An uploaded file's split is its upload's tally: each label weighed by its rows.
+    weights = rows.weights
     if rows.labels is not None and data.is_regression:
         values = rows.labels.astype(np.float64)
         scores = {
             "min": float(values.min()),
             "max": float(values.max()),
-            "mean": round(float(values.mean()), 4),
+            "mean": round(float(np.average(values, weights=weights)), 4),
         }
     elif rows.labels is not None:
         names = data.label_names or []
-        tally = np.bincount(rows.labels, minlength=len(names))
+        tally = np.bincount(rows.labels, weights=weights, minlength=len(names)).astype(np.int64)
         counts = {name: int(tally[i]) for i, name in enumerate(names)}
     return SplitReport(rows.table.where, rows.rows_in_source, len(rows), counts, scores)
 

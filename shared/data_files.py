@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,12 @@ import pandas as pd
 
 from shared.config import Settings
 from shared.data_scope import stored_data_path
-from shared.errors import InvalidSpec, JobFailed
+from shared.errors import InvalidSpec, JobFailed, shorten
+from shared.file_limits import FileLimits, OverLimit, check_file
 from shared.spec import JobSpec
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS, GlueTask
+from shared.upload_tally import StoredUpload, tally_frame
 from shared.uploaded_files import cache_path, is_file_id
 
 LABEL = "label"
@@ -46,6 +48,7 @@ _TSV_OPTIONS: dict[str, Any] = {
     "engine": "c",
 }
 SPEC_FILE_FIELDS = ("train_file", "validation_file", "test_file")
+SHOWN_CHARS = 80  # of a value from a file in a message
 
 
 class DataError(JobFailed):
@@ -67,16 +70,22 @@ class Table:
     # The rows before this piece of the source (a file checked piece by piece as it is uploaded), so
     # that messages number rows as the file does.
     first_row: int = 0
+    # An uploaded file's label tally standing in for its rows (shared/upload_tally.py): the rows of
+    # the file each of the frame's rows stands for.
+    weights: np.ndarray | None = None
 
-    def row_number(self, index: int) -> int:
+    def row_number(self, index: int) -> int | str:
         """The row number (from 1, as people count) of the frame's `index`-th row in the source."""
+        if self.weights is not None:
+            return f"? (one of {int(self.weights[index])} rows with it, by the upload's tally)"
         return self.first_row + index + 1
 
     def shown(self, value: Any) -> str:
         """A value from the file as the user wrote it (7 or 'maybe', not np.int64(7)), or withheld."""
         if not self.quotable:
             return "(value withheld: not your file)"
-        return repr(value.item() if isinstance(value, np.generic) else value)
+        # Bounded: a cell can be 100 KB, a message quotes its start.
+        return shorten(repr(value.item() if isinstance(value, np.generic) else value), SHOWN_CHARS)
 
 
 @dataclass
@@ -87,8 +96,13 @@ class Split:
     labels: np.ndarray | None
     table: Table
     rows_in_source: int  # before max_train_samples / max_eval_samples
+    # An uploaded file's tally (Table.weights): the rows each label stands for, and the rows used.
+    weights: np.ndarray | None = None
+    rows_used: int | None = None
 
     def __len__(self) -> int:
+        if self.rows_used is not None:
+            return self.rows_used
         return len(self.texts)
 
 
@@ -180,6 +194,7 @@ def read_job_data(
     hub: HubReader | None = None,
     train: bool = True,
     quotable: Callable[[Path], bool] = lambda _path: True,
+    stored: Mapping[str, StoredUpload] | None = None,
 ) -> JobData:
     """The job's train, eval and test rows, with text columns and label ids or scores.
 
@@ -189,9 +204,11 @@ def read_job_data(
     (eval_strategy "no") and no validation_file names them. With train=False only the evaluation
     rows are read (a task's majority-class baseline); that needs a task_name. `quotable` says of a
     spec file whether error messages may quote what it holds (the API asks whether the caller owns it).
+    `stored` ({sha256: what its upload's check found}) stands in for uploaded files, which the API
+    then does not read again (shared/upload_tally.py).
     """
     skip = () if train else ("train_file", "test_file")
-    files = _read_spec_files(spec, settings, skip=skip, quotable=quotable)
+    files = _read_spec_files(spec, settings, skip=skip, quotable=quotable, stored=stored or {})
     unread: list[str] = []
     train_split: Split | None
     if spec.task_name is None:
@@ -236,6 +253,8 @@ def _first_rows(rows: Split, limit: int | None) -> Split:
     # run_glue.py's max_train_samples / max_eval_samples: the first N rows, not a random sample.
     if limit is None or limit >= len(rows):
         return rows
+    if rows.weights is not None:  # a tally has no order: the count is cut, the labels' tally is the file's
+        return Split(rows.texts, rows.labels, rows.table, rows.rows_in_source, rows.weights, limit)
     labels = rows.labels[:limit] if rows.labels is not None else None
     return Split(rows.texts.iloc[:limit].reset_index(drop=True), labels, rows.table, rows.rows_in_source)
 
@@ -244,7 +263,12 @@ def _first_rows(rows: Split, limit: int | None) -> Split:
 
 
 def _read_spec_files(
-    spec: JobSpec, settings: Settings, *, skip: tuple[str, ...], quotable: Callable[[Path], bool]
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    skip: tuple[str, ...],
+    quotable: Callable[[Path], bool],
+    stored: Mapping[str, StoredUpload],
 ) -> dict[str, Table]:
     data_root = settings.data_dir.resolve()
     tables: dict[str, Table] = {}
@@ -255,6 +279,11 @@ def _read_spec_files(
         if is_file_id(value):
             record = (spec.uploaded_files or {})[name]  # type: ignore[index]
             where = f"{name} {value} ({record.filename!r})"
+            if record.sha256 in stored:
+                frame, weights = tally_frame(stored[record.sha256])
+                fingerprint = f"upload:{record.sha256}"
+                tables[name] = Table(frame, where, fingerprint, name, path, quotable(path), weights=weights)
+                continue
             if not path.is_file():  # the caller fetches uploaded files first
                 raise DataError(f"{where}: this machine has no copy of it", field=name)
         else:
@@ -262,17 +291,23 @@ def _read_spec_files(
         if not path.is_file():
             raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR", field=name)
         may_quote = quotable(path)
-        frame = read_frame(path, where, field=name, quotable=may_quote)
+        frame = read_frame(path, where, field=name, quotable=may_quote, limits=FileLimits.of(settings))
         tables[name] = Table(frame, where, file_fingerprint(path), name, path, may_quote)
     return tables
 
 
-def read_frame(path: Path, where: str, *, field: str | None, quotable: bool = True) -> pd.DataFrame:
-    """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric)."""
+def read_frame(
+    path: Path, where: str, *, field: str | None, quotable: bool = True, limits: FileLimits | None = None
+) -> pd.DataFrame:
+    """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric),
+    once its shape is within `limits` (shared/file_limits.py: checked before any cell is decoded)."""
     if path.stat().st_size == 0:  # each reader words this its own way (pyarrow: "file size is 0 bytes")
         raise DataError(f"{where} is empty: it has no header row and no rows", field=field)
     try:
+        check_file(path, limits or FileLimits.defaults())
         frame = _read_by_suffix(path)
+    except OverLimit as exc:
+        raise DataError(f"{where}: {exc.message}", field=field) from exc
     except pd.errors.EmptyDataError as exc:  # in pandas' words "No columns to parse from file"
         raise DataError(f"{where} is empty: it has no header row and no rows", field=field) from exc
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors all derive from these
@@ -287,7 +322,7 @@ def read_error(exc: BaseException, path: Path, quotable: bool) -> str:
     file's text, so only its kind is given when the caller does not own the file."""
     if not quotable:
         return f"{type(exc).__name__} (details withheld: not your file)"
-    return str(exc).replace(str(path), path.name)
+    return shorten(str(exc).replace(str(path), path.name), 300)  # a parser may quote a whole line
 
 
 def _read_by_suffix(path: Path) -> pd.DataFrame:
@@ -413,10 +448,26 @@ def _own_label_ids(
 
 
 def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
+    _check_scalar_labels(table, labels)
     empty = labels.isna() | labels.astype(str).str.strip().eq("")
     if empty.any():
         row = int(np.flatnonzero(empty.to_numpy())[0])
         raise DataError(f"{table.where}: empty label on row {table.row_number(row)}", field=table.field)
+
+
+def _check_scalar_labels(table: Table, labels: pd.Series) -> None:
+    """A label is a number or a string: a JSON object or list (unhashable) is refused naming the column."""
+    if labels.dtype != object:
+        return
+    nested = labels.map(lambda value: isinstance(value, dict | list | tuple | set | np.ndarray))
+    if nested.any():
+        row = int(np.flatnonzero(nested.to_numpy())[0])
+        kind = type(labels.iloc[row]).__name__
+        raise DataError(
+            f"{table.where}: the {LABEL!r} column holds a {kind} on row {table.row_number(row)}; "
+            "a label is a number or a string",
+            field=table.field,
+        )
 
 
 # --- a GLUE task ---------------------------------------------------------------------------------
@@ -506,13 +557,17 @@ def _scores(table: Table, labels: pd.Series) -> np.ndarray:
 
 def _column(table: Table, name: str) -> pd.Series:
     if name not in table.frame.columns:
-        columns = f" (its columns: {', '.join(map(str, table.frame.columns))})" if table.quotable else ""
+        names = shorten(", ".join(map(str, table.frame.columns)), 300)  # a header can be 1 MiB
+        columns = f" (its columns: {names})" if table.quotable else ""
         raise DataError(f"{table.where} has no {name!r} column{columns}", field=table.field)
     return table.frame[name]
 
 
 def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray | None) -> Split:
     texts = pd.DataFrame({key: _texts(table, key) for key in text_keys if key is not None})
+    if table.weights is not None:
+        rows = int(table.weights.sum())
+        return Split(texts, labels, table, rows, table.weights, rows)
     return Split(texts, labels, table, len(table.frame))
 
 
@@ -639,7 +694,10 @@ def _read_tsv_columns(
     if header is not None:
         options |= {"header": None, "names": list(header)}
     try:
+        check_file(path, FileLimits.defaults())
         frame = pd.read_csv(path, **options)
+    except OverLimit as exc:
+        raise DataError(f"{where}: {exc.message}", field=field) from exc
     except (ValueError, OSError) as exc:
         raise DataError(f"could not read {where}: {read_error(exc, path, True)}", field=field) from exc
     missing = [column for column in wanted if column not in frame.columns]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from shared.config import Settings
 from shared.errors import InvalidSpec, quote
+from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
 
 OWNERS_DIR = "owners"
@@ -57,6 +58,11 @@ class DataScope:
     resolve_upload: UploadResolver | None = None  # None: no uploaded files here (the worker's re-check)
     # The sha256 of the uploaded files resolved for the caller that are the caller's own.
     own_uploads: set[str] = field(default_factory=set, compare=False)
+    # What each resolved upload's check found ({sha256: …}), which the data checks use instead of
+    # reading the file again; and how to get this machine's copy when rows must be read (a dry run's
+    # token lengths: its first rows).
+    stored_uploads: dict[str, StoredUpload] = field(default_factory=dict, compare=False)
+    fetch_upload: Callable[[UploadedFile], Path] | None = field(default=None, compare=False)
 
     @property
     def root(self) -> Path:
@@ -121,16 +127,28 @@ class DataScope:
 
 
 def data_scope(
-    settings: Settings, *, owner: str | None, is_admin: bool, uploads: UploadResolver | None = None
+    settings: Settings,
+    *,
+    owner: str | None,
+    is_admin: bool,
+    uploads: UploadResolver | None = None,
+    stored: dict[str, StoredUpload] | None = None,
+    fetch: Callable[[UploadedFile], Path] | None = None,
 ) -> DataScope:
     """The scope of a caller: `owner` None means no keys are set (one user, who owns everything).
-    `uploads` resolves the caller's uploaded files by id."""
+    `uploads` resolves the caller's uploaded files by id, filling `stored` with what their checks
+    found; `fetch` makes this machine's copy of one."""
     data_dir = Path(os.path.realpath(settings.data_dir))
-    if owner is None:
-        return DataScope(data_dir=data_dir, folder="", owned_folder=None, resolve_upload=uploads)
-    own = f"{OWNERS_DIR}/{owner_folder(owner)}"
+    folder, owned = ("", None) if owner is None else ("", f"{OWNERS_DIR}/{owner_folder(owner)}")
+    if owned is not None and not is_admin:
+        folder = owned
     return DataScope(
-        data_dir=data_dir, folder="" if is_admin else own, owned_folder=own, resolve_upload=uploads
+        data_dir=data_dir,
+        folder=folder,
+        owned_folder=owned,
+        resolve_upload=uploads,
+        stored_uploads=stored if stored is not None else {},
+        fetch_upload=fetch,
     )
 
 

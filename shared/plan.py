@@ -13,18 +13,22 @@ on top of them the plan holds:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from tokenizers import Tokenizer
 
 from shared.config import Settings
 from shared.data_checks import DataReport, read_and_check
 from shared.data_files import JobData, Split
 from shared.data_scope import DataScope
+from shared.file_limits import FileLimits
 from shared.model_files import count, local_model_folder, read_config, safetensors_shapes
 from shared.schedule import spec_schedule
 from shared.spec import JobSpec
+from shared.upload_checks import first_rows
 
 # Tokenising is the plan's one cost that grows with the data, and it runs inside the API: measure at
 # most this many rows of each split (a seeded random sample beyond it, so the figures do not depend on
@@ -49,6 +53,7 @@ def plan_job(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str
     """The plan of a job whose spec is resolved (shared.job_checks.check_job_spec, seed recorded);
     InvalidSpec when its data would fail it on a worker (quoting only the caller's own files)."""
     data, report = read_and_check(spec, settings, scope=scope)
+    data = _with_sampled_texts(spec, data, settings, scope)
     train_rows = len(data.train) if data.train is not None else None
     schedule = training_schedule(spec, train_rows, {name: len(rows) for name, rows in data.evals.items()})
     tokens = token_lengths(spec, settings, data)
@@ -64,6 +69,31 @@ def plan_job(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str
         "memory": memory,
         "warnings": _warnings(spec, report, schedule, tokens),
     }
+
+
+def _with_sampled_texts(spec: JobSpec, data: JobData, settings: Settings, scope: DataScope) -> JobData:
+    """An uploaded file's splits are its upload's label tally (shared/upload_tally.py), with no texts:
+    the token lengths measure its first MAX_TOKENIZED_ROWS rows instead, read from this machine's copy
+    (fetched when missing), never the whole file."""
+    record_of = {record.sha256: record for record in (spec.uploaded_files or {}).values()}
+
+    def sampled(rows: Split | None) -> Split | None:
+        if rows is None or rows.weights is None or rows.table.path is None or scope.fetch_upload is None:
+            return rows
+        record = record_of.get(rows.table.path.stem)
+        if record is None:
+            return rows
+        path = scope.fetch_upload(record)
+        head = first_rows(path, MAX_TOKENIZED_ROWS, FileLimits.of(settings))
+        keys = [key for key in data.text_keys if key is not None and key in head.columns]
+        texts = pd.DataFrame({key: head[key].astype(str).reset_index(drop=True) for key in keys})
+        return replace(rows, texts=texts)
+
+    return replace(
+        data,
+        train=sampled(data.train),
+        evals={name: sampled(rows) or rows for name, rows in data.evals.items()},
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -160,18 +190,22 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
     }
     for name, rows in {"train": data.train, **data.evals}.items():
         lengths, sampled = _lengths(tokenizer, rows, spec.max_length)
-        result[name] = {**_length_stats(lengths, len(rows), sampled, spec.max_length)}
+        result[name] = {
+            **_length_stats(lengths, len(rows), sampled, spec.max_length, first=rows.weights is not None)
+        }
         if name == "train":
             result[name]["padding"] = padding_costs(spec, lengths)
     return result
 
 
 def _lengths(tokenizer: Tokenizer, rows: Split, max_length: int) -> tuple[np.ndarray, bool]:
-    indices = np.arange(len(rows))
-    sampled = len(rows) > MAX_TOKENIZED_ROWS
-    if sampled:
+    # An uploaded file's texts are its first rows already (_with_sampled_texts), fewer than the file's.
+    available = len(rows.texts)
+    indices = np.arange(available)
+    sampled = available > MAX_TOKENIZED_ROWS or available < len(rows)
+    if available > MAX_TOKENIZED_ROWS:
         indices = np.sort(
-            np.random.default_rng(SAMPLE_SEED).choice(len(rows), MAX_TOKENIZED_ROWS, replace=False)
+            np.random.default_rng(SAMPLE_SEED).choice(available, MAX_TOKENIZED_ROWS, replace=False)
         )
     columns = [rows.texts[key].to_numpy()[indices].tolist() for key in rows.texts.columns]
     inputs: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
@@ -180,12 +214,17 @@ def _lengths(tokenizer: Tokenizer, rows: Split, max_length: int) -> tuple[np.nda
     return raw, sampled
 
 
-def _length_stats(raw: np.ndarray, rows: int, sampled: bool, max_length: int) -> dict[str, Any]:
+def _length_stats(
+    raw: np.ndarray, rows: int, sampled: bool, max_length: int, *, first: bool = False
+) -> dict[str, Any]:
     truncated = np.minimum(raw, max_length)
+    sample = f"random {len(raw)} of {rows} rows (seed {SAMPLE_SEED})" if sampled else "all rows"
+    if first:
+        sample = f"the first {len(raw)} of {rows} rows (an uploaded file)"
     return {
         "rows": rows,
         "rows_measured": len(raw),
-        "sample": f"random {len(raw)} of {rows} rows (seed {SAMPLE_SEED})" if sampled else "all rows",
+        "sample": sample,
         "longest": int(truncated.max()),
         "longest_before_truncation": int(raw.max()),
         "mean": round(float(truncated.mean()), 2),

@@ -8,9 +8,11 @@ of one type. A file that cannot serve as training data is refused with 422 namin
 its row.
 
 Unlike a dry run, which reads a job's files whole, an upload is read a few MiB at a time (pandas'
-chunked readers, parquet's record batches), so a 2 GiB upload does not take 2 GiB of the API's
-memory: what is kept across pieces is the row count and the label tally. Only a `.json` file
-holding one JSON array is read whole (JSON has no pieces to read it by); JSON lines stream.
+chunked readers, parquet's row groups in slices, a JSON array element by element), after its shape
+passed shared/file_limits.py (columns, bytes per cell and row, parquet row groups, checked before
+any cell is decoded), so a 2 GiB upload does not take 2 GiB of memory, nor a 1 KB parquet file 5 GB:
+what is kept across pieces is the row count and the label tally. The API runs these checks in a
+child process with memory and CPU limits (shared/file_check_process.py).
 Pieces change nothing that a whole read decides: text-format labels are tallied as written and
 their type (ids, names or scores) is decided once, over every distinct value, as a whole read
 decides it over the column.
@@ -42,6 +44,14 @@ from shared.data_files import (
     read_error,
 )
 from shared.errors import InvalidRequest, quote
+from shared.file_limits import (
+    FileLimits,
+    OverLimit,
+    check_text_file,
+    decoded_slices,
+    json_records,
+    parquet_row_groups,
+)
 from shared.spec import DATA_FILE_SUFFIXES
 from shared.tasks import TASKS, GlueTask
 
@@ -49,9 +59,13 @@ from shared.tasks import TASKS, GlueTask
 # piece as Python strings, several times its size on disk.
 PIECE_BYTES = 2 * 1024 * 1024
 MAX_PIECE_ROWS = 50_000
+# Text files: a piece holds at most this many bytes of its longest rows (so rows far longer than the
+# first MiB's do not make a piece of 50,000 megabyte rows).
+MAX_PIECE_BYTES = 32 * 1024 * 1024
 PURPOSES = ("train", "validation", "test")
 # A label column with more distinct values than this is a column of scores, or no classification.
 MAX_CLASSES = 10_000
+MAX_COLUMN_NAME_CHARS = 256
 FIELD = "file"
 
 
@@ -85,9 +99,11 @@ def file_format(filename: str) -> str:
     return suffix.removeprefix(".")
 
 
-def check_upload(path: Path, *, filename: str, purpose: str, task: GlueTask | None) -> UploadReport:
+def check_upload(
+    path: Path, *, filename: str, purpose: str, task: GlueTask | None, limits: FileLimits
+) -> UploadReport:
     """Read the file at `path` (uploaded as `filename`) piece by piece and check it; InvalidRequest
-    naming the problem when it cannot serve as `purpose` data."""
+    naming the problem when it cannot serve as `purpose` data or is over one of `limits`."""
     if purpose not in PURPOSES:
         raise InvalidRequest(
             f"purpose is one of {', '.join(PURPOSES)}, not {quote(purpose)}", field="purpose"
@@ -98,11 +114,11 @@ def check_upload(path: Path, *, filename: str, purpose: str, task: GlueTask | No
     rows, columns = 0, list[str]()
     text_keys: tuple[str, str | None] | None = task.text_keys if task else None
     try:
-        for frame in _pieces(path, suffix):
+        for frame in _pieces(path, suffix, limits):
             if not len(frame):
                 continue
             if rows == 0:
-                columns = [str(c) for c in frame.columns]
+                columns = _column_names(frame, where)
             table = Table(frame, where, "", FIELD, path, True, first_row=rows)
             if text_keys is None:
                 text_keys = _infer_text_keys(table)
@@ -113,6 +129,8 @@ def check_upload(path: Path, *, filename: str, purpose: str, task: GlueTask | No
             rows += len(frame)
     except DataError as exc:
         raise InvalidRequest(exc.message, field=FIELD) from exc
+    except OverLimit as exc:
+        raise InvalidRequest(f"{where}: {exc.message}", field=FIELD) from exc
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors derive from these
         reason = read_error(exc, path, True).replace(path.name, filename)
         raise InvalidRequest(f"could not read {where}: {reason}", field=FIELD) from exc
@@ -123,24 +141,92 @@ def check_upload(path: Path, *, filename: str, purpose: str, task: GlueTask | No
     return UploadReport(suffix.removeprefix("."), rows, columns, checks)
 
 
-def _pieces(path: Path, suffix: str) -> Iterator[pd.DataFrame]:
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _column_names(frame: pd.DataFrame, where: str) -> list[str]:
+    """The columns as the file's row keeps them (and every listing of files shows them): bounded."""
+    columns = [str(c) for c in frame.columns]
+    for name in columns:
+        if len(name) > MAX_COLUMN_NAME_CHARS:
+            raise InvalidRequest(
+                f"{where}: a column name ({quote(name)}) is longer than {MAX_COLUMN_NAME_CHARS} "
+                "characters (a fixed limit)",
+                field=FIELD,
+            )
+    return columns
 
-        parquet = pq.ParquetFile(path)
-        rows = parquet.metadata.num_rows or 1
-        for batch in parquet.iter_batches(batch_size=_rows_per_piece(path.stat().st_size / rows)):
-            yield batch.to_pandas()
+
+def first_rows(path: Path, rows: int, limits: FileLimits) -> pd.DataFrame:
+    """The first `rows` rows of an uploaded file that passed these checks (a dry run's sample of its
+    texts): read a piece at a time up to them, not the file."""
+    pieces, read = [], 0
+    for frame in _pieces(path, path.suffix.lower(), limits, scan=False):
+        pieces.append(frame)
+        read += len(frame)
+        if read >= rows:
+            break
+    return pd.concat(pieces, ignore_index=True).iloc[:rows] if pieces else pd.DataFrame()
+
+
+def _pieces(path: Path, suffix: str, limits: FileLimits, *, scan: bool = True) -> Iterator[pd.DataFrame]:
+    """The file a piece at a time; `scan=False` skips the text scan of the whole file's shape, for a
+    file that passed it when it was uploaded."""
+    if suffix == ".parquet":
+        for group in parquet_row_groups(path, limits):
+            for piece in decoded_slices(group, PIECE_BYTES):
+                yield piece.to_pandas()
         return
-    rows = _rows_per_piece(_bytes_per_line(path))
+    if suffix == ".json" and _starts_an_array(path):
+        yield from _json_array_pieces(path, limits)
+        return
+    sep = {".csv": ",", ".tsv": "\t"}.get(suffix)
+    longest = (
+        check_text_file(path, sep=sep, quoted=suffix == ".csv", limits=limits)
+        if scan
+        else limits.max_row_bytes
+    )
+    rows = min(_rows_per_piece(_bytes_per_line(path)), max(1, MAX_PIECE_BYTES // max(1, longest)))
     if suffix == ".tsv":
         yield from pd.read_csv(path, **_TSV_OPTIONS, chunksize=rows)
     elif suffix == ".csv":
         yield from pd.read_csv(path, encoding="utf-8-sig", keep_default_na=False, dtype=str, chunksize=rows)
-    elif suffix == ".json" and _starts_an_array(path):
-        yield pd.read_json(path, dtype=False, convert_dates=False)
     else:  # .jsonl, and .json holding JSON lines (as the `json` loader of datasets takes it)
-        yield from pd.read_json(path, lines=True, chunksize=rows, dtype=False, convert_dates=False)
+        for frame in pd.read_json(path, lines=True, chunksize=rows, dtype=False, convert_dates=False):
+            _check_json_cells(frame, limits)
+            yield frame
+
+
+def _json_array_pieces(path: Path, limits: FileLimits) -> Iterator[pd.DataFrame]:
+    records: list[Any] = []
+    size = 0
+    for record, length in json_records(path, limits):
+        records.append(record)
+        size += length
+        if size >= PIECE_BYTES or len(records) >= MAX_PIECE_ROWS:
+            yield _json_frame(records, limits)
+            records, size = [], 0
+    if records:
+        yield _json_frame(records, limits)
+
+
+def _json_frame(records: list[Any], limits: FileLimits) -> pd.DataFrame:
+    frame = pd.DataFrame(records)
+    _check_json_cells(frame, limits)
+    return frame
+
+
+def _check_json_cells(frame: pd.DataFrame, limits: FileLimits) -> None:
+    """JSON has no cells to scan before parsing: a record's strings are measured once parsed (the
+    record itself is at most a row's limit)."""
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype != object and not pd.api.types.is_string_dtype(column):
+            continue
+        lengths = column.map(lambda value: len(value) if isinstance(value, str) else 0)
+        if len(lengths) and lengths.max() > limits.max_cell_bytes:
+            raise limits.over(
+                f"a cell of column {quote(str(name))} is longer than {limits.max_cell_bytes} bytes",
+                f"{limits.max_cell_bytes} bytes per cell",
+                "FILE_MAX_CELL_BYTES",
+            )
 
 
 def _bytes_per_line(path: Path) -> float:

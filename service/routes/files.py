@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.downloads import stored_download
+from service.file_checks import FileChecks
 from service.file_schemas import FileCheck, FileDeleted, FilePublic
 from service.schemas import ErrorResponse, Page
 from service.upload_values import refuse_unstorable_report
@@ -29,7 +30,7 @@ from shared.models import File
 from shared.storage import Store, StoreUnavailable, file_key
 from shared.stored_files import remove_unheld
 from shared.tasks import GlueTask
-from shared.upload_checks import PURPOSES, UploadReport, check_upload, task_of
+from shared.upload_checks import PURPOSES, UploadReport, task_of
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ UPLOAD_BODY: dict[str, Any] = {
         },
         400: {"model": ErrorResponse, "description": "The upload was cut off; nothing was kept"},
         413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_UPLOAD_BYTES"},
+        429: {"model": ErrorResponse, "description": "GLUEJOBS_MAX_FILE_CHECKS uploads are being checked"},
         503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
     },
 )
@@ -89,7 +91,9 @@ async def create_file(
 ) -> FilePublic | FileCheck:
     """Upload a data file (multipart/form-data, the part `file`; optional fields `purpose` —
     train, validation or test — and `task_name`). It is streamed to disk, never held in memory,
-    up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then checked as a dry run checks a job's data:
+    up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then checked, in a child process with memory and
+    CPU limits (at most GLUEJOBS_MAX_FILE_CHECKS at once: 429 past it), as a dry run checks a job's
+    data: its shape within GLUEJOBS_FILE_MAX_* (columns, bytes per cell and row, parquet row groups),
     format, text columns, labels (present and of one type; fitting `task_name`'s task when given),
     rows. A file that cannot serve as training data gets 422 naming the problem, and nothing is
     kept. Stored by content: the same bytes are stored once; the same bytes sent again by you
@@ -100,7 +104,7 @@ async def create_file(
     )
     try:
         kept = await anyio.to_thread.run_sync(
-            _keep, received, settings, store, session, principal.owner, dry_run
+            _keep, received, request.app.state.file_checks, settings, store, session, principal.owner, dry_run
         )
     finally:
         received.path.unlink(missing_ok=True)
@@ -114,11 +118,19 @@ async def create_file(
 
 
 def _keep(
-    received: Received, settings: Settings, store: Store, session: Session, owner: str | None, dry_run: bool
+    received: Received,
+    checks: FileChecks,
+    settings: Settings,
+    store: Store,
+    session: Session,
+    owner: str | None,
+    dry_run: bool,
 ) -> FileCheck | tuple[File, bool]:
     task = task_of(received.fields.get("task_name"))
     purpose = received.fields.get("purpose") or "train"
-    report = check_upload(received.path, filename=received.filename, purpose=purpose, task=task)
+    report = checks.check(
+        received.path, filename=received.filename, purpose=purpose, task_name=task.name if task else None
+    )
     refuse_unstorable_report(report)  # the same refusals on SQLite and Postgres, before anything is stored
     if dry_run:
         return FileCheck(
