@@ -256,6 +256,21 @@ class FileInfo(Result):
 
 
 @dataclass(frozen=True)
+class ModelInfo(Result):
+    """A registered model (POST /v1/models): name it in a spec by its `model_name_or_path`
+    (`model:NAME`)."""
+
+    name: str = ""
+    owner: str | None = None
+    model_name_or_path: str = ""
+    model_type: str = ""
+    sha256: str = ""
+    bytes: int = 0
+    files: list[dict[str, Any]] = field(default_factory=list)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ApiKeyInfo(Result):
     """A key made over the API (`client.keys`): `secret` is set only in the answer that made it
     (create, rotate), and is shown nowhere else."""

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(
         default=2 * 1024**3, gt=0, description="POST /v1/files: larger uploads get 413, nothing kept"
     )
+    max_model_bytes: int = Field(
+        default=8 * 1024**3,
+        gt=0,
+        description="POST /v1/models: a model folder's files together (as a tar); larger ones get 413",
+    )
 
     @field_validator("storage_url")
     @classmethod

@@ -185,7 +185,7 @@ def _set_up(
     """Everything the loop needs, prepared: the steps of nlp_example's `training_function` before
     its loop."""
     seed = _seed(spec, report)
-    model_source = resolve_model(spec.model_name_or_path, settings)
+    model_source = resolve_model(spec.model_name_or_path, settings, registered=spec.registered_model)
     tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
     raw = load_raw_data(spec, settings)
     num_labels = 1 if raw.is_regression else len(raw.label_names or ())
