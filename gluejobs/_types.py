@@ -171,7 +171,8 @@ class Event(Result):
 class Checkpoint(Result):
     epoch: float = 0.0
     step: int = 0
-    path: str = ""
+    path: str | None = None  # the worker's folder or the store's URI (operators); not in live streams
+    download: str | None = None  # the command that downloads it
     metrics: dict[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None
     is_best: bool = False

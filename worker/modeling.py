@@ -60,8 +60,7 @@ def resolve_model(name_or_path: str, settings: Settings, *, registered: Register
     if isinstance(source, Path):
         if not source.is_dir():
             raise ModelError(
-                f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR "
-                f"({settings.models_dir})"
+                f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR (on this worker)"
             )
         return str(source)
     return _hub_snapshot(source)
@@ -357,7 +356,9 @@ def load_model_files(model: nn.Module, folder: Path) -> None:
     if isinstance(model, PeftModel):
         loaded: Any = set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
         if loaded.unexpected_keys:
-            raise ModelError(f"the adapter in {folder} does not fit this model: {loaded.unexpected_keys[:3]}")
+            raise ModelError(
+                f"the adapter in {folder.name} does not fit this model: {loaded.unexpected_keys[:3]}"
+            )
         return
     single = folder / "model.safetensors"
     result: Any
@@ -372,7 +373,7 @@ def load_model_files(model: nn.Module, folder: Path) -> None:
     missing = [key for key in result.missing_keys if key not in shared]
     if missing or result.unexpected_keys:
         raise ModelError(
-            f"the model in {folder} does not fit this model (missing {missing[:3]}, "
+            f"the model in {folder.name} does not fit this model (missing {missing[:3]}, "
             f"unexpected {list(result.unexpected_keys)[:3]})"
         )
 
