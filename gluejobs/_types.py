@@ -171,7 +171,8 @@ class Event(Result):
 class Checkpoint(Result):
     epoch: float = 0.0
     step: int = 0
-    path: str = ""
+    path: str | None = None  # the worker's folder or the store's URI (operators); not in live streams
+    download: str | None = None  # the command that downloads it
     metrics: dict[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None
     is_best: bool = False
@@ -252,6 +253,21 @@ class FileInfo(Result):
     rows: int = 0
     columns: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo(Result):
+    """A registered model (POST /v1/models): name it in a spec by its `model_name_or_path`
+    (`model:NAME`)."""
+
+    name: str = ""
+    owner: str | None = None
+    model_name_or_path: str = ""
+    model_type: str = ""
+    sha256: str = ""
+    bytes: int = 0
+    files: list[dict[str, Any]] = field(default_factory=list)
     created_at: datetime | None = None
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, keys_cli, owners_cli, research_cli
+from gluejobs import files_cli, job_view, keys_cli, models_cli, owners_cli, research_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -156,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
 
     research_cli.add_commands(commands, _client_command)
     files_cli.add_commands(commands, _client_command)
+    models_cli.add_commands(commands, _client_command)
     keys_cli.add_commands(commands, _client_command)
     owners_cli.add_commands(commands, _client_command)
     return parser
@@ -297,6 +298,11 @@ def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
 def _files(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         return files_cli.run_files(args, client)
+
+
+def _models(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return models_cli.run_models(args, client)
 
 
 def _keys(args: argparse.Namespace, _extra: list[str]) -> int:
@@ -503,6 +509,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "leaderboard": _leaderboard,
     "rerun": _rerun,
     "files": _files,
+    "models": _models,
     "keys": _keys,
     "audit": _audit,
     "owners": _owners,

@@ -63,6 +63,7 @@ from gluejobs._core import (
 )
 from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
 from gluejobs._files import LocalFile
+from gluejobs._models import model_path, models_call, packed_folder, upload_call
 from gluejobs._types import (
     TERMINAL_STATUSES,
     ApiError,
@@ -74,6 +75,7 @@ from gluejobs._types import (
     FileInfo,
     Job,
     Metric,
+    ModelInfo,
     OwnerInfo,
     Plan,
     Result,
@@ -98,6 +100,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncJobs",
     "AsyncKeys",
+    "AsyncModels",
     "AsyncOwners",
     "AsyncSweeps",
     "AsyncWorkers",
@@ -112,6 +115,8 @@ __all__ = [
     "Jobs",
     "Keys",
     "Metric",
+    "ModelInfo",
+    "Models",
     "OwnerInfo",
     "Owners",
     "Plan",
@@ -307,6 +312,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     jobs = cached_property(lambda client: Jobs(client))
     sweeps = cached_property(lambda client: Sweeps(client))
     files = cached_property(lambda client: Files(client))
+    models = cached_property(lambda client: Models(client))
     workers = cached_property(lambda client: Workers(client))
     keys = cached_property(lambda client: Keys(client))  # admin keys only (gluejobs/_admin.py)
     audit = cached_property(lambda client: Audit(client))
@@ -547,6 +553,32 @@ class Files:
         return target
 
 
+class Models:
+    """`client.models`: model folders registered once, named in a spec as `model:NAME`."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def upload(self, folder: Destination, *, name: str) -> ModelInfo:
+        """Register a local model folder under `name` (packed as a tar and sent whole; checked as it
+        lands: ApiError 422 naming the problem, 409 when you have a model of that name)."""
+        with packed_folder(folder) as tar_path:
+            return self._c._one(upload_call(tar_path, name), ModelInfo)
+
+    def list(self, *, page_size: int = 100) -> Iterator[ModelInfo]:
+        return self._c._paginate(models_call(page_size), ModelInfo.from_json)
+
+    def get(self, name: str, *, owner: str | None = None) -> ModelInfo:
+        """One model (`owner`: admins, another owner's)."""
+        path, params = model_path(name, owner)
+        return self._c._one(Call("GET", path, params), ModelInfo)
+
+    def delete(self, name: str, *, owner: str | None = None) -> None:
+        """Delete the model (409 while a queued or running job uses it)."""
+        path, params = model_path(name, owner)
+        self._c._send(Call("DELETE", path, params))
+
+
 def _owner_update(name: str, quota: Mapping[str, Any]) -> Call:
     """PATCH /v1/owners/{name}: only the fields given (None: back to the configured default)."""
     unknown = set(quota) - set(OWNER_FIELDS)
@@ -591,6 +623,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     jobs = cached_property(lambda client: AsyncJobs(client))
     sweeps = cached_property(lambda client: AsyncSweeps(client))
     files = cached_property(lambda client: AsyncFiles(client))
+    models = cached_property(lambda client: AsyncModels(client))
     workers = cached_property(lambda client: AsyncWorkers(client))
     keys = cached_property(lambda client: AsyncKeys(client))
     audit = cached_property(lambda client: AsyncAudit(client))
@@ -804,6 +837,28 @@ class AsyncFiles:
         target = Path(dest)
         await self._c._send(Call("GET", f"/v1/files/{file_id}/content"), into=lambda _h: new_file(target))
         return target
+
+
+class AsyncModels:
+    """`client.models` of AsyncClient: Models' methods, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def upload(self, folder: Destination, *, name: str) -> ModelInfo:
+        with packed_folder(folder) as tar_path:
+            return await self._c._one(upload_call(tar_path, name), ModelInfo)
+
+    def list(self, *, page_size: int = 100) -> AsyncIterator[ModelInfo]:
+        return self._c._paginate(models_call(page_size), ModelInfo.from_json)
+
+    async def get(self, name: str, *, owner: str | None = None) -> ModelInfo:
+        path, params = model_path(name, owner)
+        return await self._c._one(Call("GET", path, params), ModelInfo)
+
+    async def delete(self, name: str, *, owner: str | None = None) -> None:
+        path, params = model_path(name, owner)
+        await self._c._send(Call("DELETE", path, params))
 
 
 class AsyncOwners:

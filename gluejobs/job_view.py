@@ -70,11 +70,12 @@ def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
         head.append(("best", f"{best['metric']} {best['value']:.4f} at step {best['step']}"))
     for checkpoint in checkpoints:
         mark = " (best)" if checkpoint.is_best else ""
-        head.append(
-            ("checkpoint", f"step {checkpoint.step}, epoch {checkpoint.epoch:g}{mark}: {checkpoint.path}")
-        )
+        # The command that fetches it, not its place on a worker's disk or in the store (the API's
+        # checkpoint rows still carry `path`, for operators).
+        fetch = f"gluejobs download {job.id} DIR --checkpoint {checkpoint.step}"
+        head.append(("checkpoint", f"step {checkpoint.step}, epoch {checkpoint.epoch:g}{mark}: {fetch}"))
     if job.output_dir:
-        head.append(("output", job.output_dir))
+        head.append(("output", f"/v1/jobs/{job.id}/artifacts (gluejobs download {job.id} DIR)"))
     if job.error:
         head.append(("error", f"{job.error_code or 'failed'}: {job.error.splitlines()[0]}"))
     head += [("warning", warning) for warning in job.warnings]

@@ -65,7 +65,7 @@ def _final_line(job: Job) -> str:
     if job.status == "succeeded":
         speed = (job.result or {}).get("train_samples_per_second")
         tail = f", {speed:.1f} train samples/s" if speed else ""
-        return f"job {job.id} succeeded{tail}; model in {job.output_dir}"
+        return f"job {job.id} succeeded{tail}; download the model: gluejobs download {job.id} DIR"
     if job.status == "failed":
         return f"job {job.id} failed: {job.error}\n  (its log: gluejobs logs {job.id})"
     return f"job {job.id} {job.status}"

@@ -18,7 +18,8 @@ from shared.data_scope import DataScope, data_scope
 from shared.db import Database
 from shared.errors import NotFound
 from shared.file_copies import local_copy
-from shared.models import File, Job, Sweep
+from shared.models import File, Job, StoredModel, Sweep
+from shared.registered_models import NAME_PATTERN, RegisteredModel, reference
 from shared.storage import Store
 from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
@@ -112,6 +113,18 @@ def get_data_scope(
     def fetch(record: UploadedFile) -> FilePath:
         return local_copy(store, settings.cache_dir, sha256=record.sha256, suffix=record.suffix)
 
+    def registered(owner: str | None, name: str) -> RegisteredModel:
+        try:
+            model = jobs_repo.get_model(
+                session, name=name, owner=owner or principal.owner, caller=principal.owner_filter
+            )
+        except NotFound:
+            raise NotFound(
+                f"no registered model {reference(name, owner)!r} (gluejobs models ls lists yours)",
+                field="spec.model_name_or_path",
+            ) from None
+        return RegisteredModel(name=model.name, owner=model.owner, sha256=model.sha256, bytes=model.bytes)
+
     stored: dict[str, StoredUpload] = {}
     return data_scope(
         settings,
@@ -120,6 +133,7 @@ def get_data_scope(
         uploads=uploaded,
         stored=stored,
         fetch=fetch,
+        models=registered,
     )
 
 
@@ -165,3 +179,21 @@ def get_file(file_id: FileName, session: SessionDep, principal: PrincipalDep) ->
 
 
 FileDep = Annotated[File, Depends(get_file)]
+
+
+ModelName = Annotated[str, Path(description="The model's name", pattern=NAME_PATTERN)]
+ModelOwner = Annotated[
+    str | None, Query(description="Admins: the owner whose model of that name (default: your own)")
+]
+
+
+def get_model(
+    name: ModelName, session: SessionDep, principal: PrincipalDep, owner: ModelOwner = None
+) -> StoredModel:
+    """The registered model, or a 404 (also for another key's model: its existence is not revealed)."""
+    return jobs_repo.get_model(
+        session, name=name, owner=owner or principal.owner, caller=principal.owner_filter
+    )
+
+
+ModelDep = Annotated[StoredModel, Depends(get_model)]

@@ -47,6 +47,7 @@ PROTECTED_PREFIX = "/v1"
 # Outside /v1 (Prometheus scrapes it where it expects it) but guarded as /v1 is: a key, its rate limit.
 METRICS_PATH = "/metrics"
 UPLOAD_PATH = "/v1/files"
+MODEL_UPLOAD_PATH = "/v1/models"  # a model folder's tar, up to GLUEJOBS_MAX_MODEL_BYTES
 # The multipart framing around an upload's file: its headers and small form fields.
 UPLOAD_FRAMING_BYTES = 64 * 1024
 MIN_UPLOAD_BYTES_PER_S = 64 * 1024
@@ -66,6 +67,7 @@ class RequestGuard:
         max_body_bytes: int,
         body_timeout_s: float,
         max_upload_bytes: int,
+        max_model_bytes: int | None = None,
         limits: RateLimits | None = None,
     ) -> None:
         self.app = app
@@ -74,6 +76,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.max_upload_bytes = max_upload_bytes
+        self.max_model_bytes = max_model_bytes if max_model_bytes is not None else max_upload_bytes
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -115,8 +118,10 @@ class RequestGuard:
                 )
                 return
             scope.setdefault("state", {})["principal"] = principal
-        upload = path == UPLOAD_PATH and scope["method"] == "POST"
-        limit = self.max_upload_bytes + UPLOAD_FRAMING_BYTES if upload else self.max_body_bytes
+        uploads = {UPLOAD_PATH: self.max_upload_bytes, MODEL_UPLOAD_PATH: self.max_model_bytes}
+        upload_bytes = uploads.get(path) if scope["method"] == "POST" else None
+        upload = upload_bytes is not None
+        limit = upload_bytes + UPLOAD_FRAMING_BYTES if upload_bytes is not None else self.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:
             if not (declared.isascii() and declared.isdigit()):

@@ -26,6 +26,7 @@ from service.routes import (
     jobs,
     keys,
     leaderboard,
+    models,
     owners,
     prometheus,
     stream,
@@ -114,6 +115,7 @@ def create_app(
         max_body_bytes=settings.max_request_bytes,
         body_timeout_s=settings.body_timeout_s,
         max_upload_bytes=settings.max_upload_bytes,
+        max_model_bytes=settings.max_model_bytes,
         limits=RateLimits.from_settings(settings, app.state.db),
     )
 
@@ -122,6 +124,7 @@ def create_app(
     v1.include_router(stream.router)
     v1.include_router(artifacts.router)
     v1.include_router(files.router)
+    v1.include_router(models.router)
     v1.include_router(sweeps.router)
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)

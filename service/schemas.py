@@ -186,7 +186,12 @@ class CheckpointPublic(BaseModel):
 
     epoch: float
     step: int
-    path: str
+    path: str | None = Field(
+        default=None,
+        description="Where the worker stored it (its folder, or the store's URI), for operators; not in "
+        "the live stream's checkpoint messages, whose readers fetch it with `download`",
+    )
+    download: str | None = Field(default=None, description="The command that downloads it to a folder DIR")
     metrics: dict[str, Any]
     created_at: datetime
     is_best: bool

@@ -122,6 +122,11 @@ class Settings(BaseSettings):
     file_check_cpu_s: int = Field(
         default=120, ge=1, description="CPU seconds an upload's check may take (RLIMIT_CPU); past it: 422"
     )
+    max_model_bytes: int = Field(
+        default=8 * 1024**3,
+        gt=0,
+        description="POST /v1/models: a model folder's files together (as a tar); larger ones get 413",
+    )
 
     @field_validator("storage_url")
     @classmethod

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from shared.config import Settings
 from shared.errors import InvalidSpec, quote
+from shared.registered_models import RegisteredModel, parse_reference
 from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
 
@@ -46,6 +47,9 @@ def owner_folder(owner: str) -> str:
 # Finds an uploaded file by id among the caller's (NotFound otherwise) and makes sure this machine
 # has a checked copy of it: (its record, whether it is the caller's own).
 UploadResolver = Callable[[str, str], tuple[UploadedFile, bool]]
+# Finds a registered model by (owner or None for the caller's own, name) among those the caller may
+# use (NotFound otherwise): its record.
+ModelResolver = Callable[[str | None, str], RegisteredModel]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class DataScope:
     folder: str  # the caller's folder relative to it ("" for all of it)
     owned_folder: str | None  # the caller's own files (their contents may be quoted back); None: all
     resolve_upload: UploadResolver | None = None  # None: no uploaded files here (the worker's re-check)
+    resolve_model: ModelResolver | None = None  # None: no registered models here
     # The sha256 of the uploaded files resolved for the caller that are the caller's own.
     own_uploads: set[str] = field(default_factory=set, compare=False)
     # What each resolved upload's check found ({sha256: …}), which the data checks use instead of
@@ -118,6 +123,24 @@ class DataScope:
             self.own_uploads.add(record.sha256)
         return record
 
+    def registered(self, value: str, *, field: str, pinned: RegisteredModel | None = None) -> RegisteredModel:
+        """The record of the registered model `value` (`model:NAME`, `model:OWNER/NAME`) the caller
+        may use (NotFound otherwise); InvalidSpec when `pinned` (a record the spec carried) names
+        other files."""
+        try:
+            owner, name = parse_reference(value)
+        except ValueError as exc:
+            raise InvalidSpec(str(exc), field=field) from None
+        if self.resolve_model is None:
+            raise InvalidSpec(f"{quote(value)}: registered models are not served here", field=field)
+        record = self.resolve_model(owner, name)
+        if pinned is not None and pinned.sha256 != record.sha256:
+            raise InvalidSpec(
+                f"{value} holds files with sha256 {record.sha256}, not the {pinned.sha256} the spec pins",
+                field="registered_model.sha256",
+            )
+        return record
+
     def owns(self, path: Path) -> bool:
         if self.owned_folder is None:
             return True
@@ -134,10 +157,11 @@ def data_scope(
     uploads: UploadResolver | None = None,
     stored: dict[str, StoredUpload] | None = None,
     fetch: Callable[[UploadedFile], Path] | None = None,
+    models: ModelResolver | None = None,
 ) -> DataScope:
     """The scope of a caller: `owner` None means no keys are set (one user, who owns everything).
     `uploads` resolves the caller's uploaded files by id, filling `stored` with what their checks
-    found; `fetch` makes this machine's copy of one."""
+    found; `fetch` makes this machine's copy of one; `models` resolves their registered models by name."""
     data_dir = Path(os.path.realpath(settings.data_dir))
     folder, owned = ("", None) if owner is None else ("", f"{OWNERS_DIR}/{owner_folder(owner)}")
     if owned is not None and not is_admin:
@@ -147,6 +171,7 @@ def data_scope(
         folder=folder,
         owned_folder=owned,
         resolve_upload=uploads,
+        resolve_model=models,
         stored_uploads=stored if stored is not None else {},
         fetch_upload=fetch,
     )

@@ -23,6 +23,7 @@ import httpx
 
 from shared.config import Settings
 from shared.errors import InvalidSpec
+from shared.registered_models import is_registered
 from shared.spec import locate_model
 from shared.suggest import did_you_mean
 
@@ -40,7 +41,10 @@ FOUND, MISSING, UNKNOWN = "found", "missing", "unknown"
 
 def check_model(model_name: str, settings: Settings, warnings: list[str]) -> None:
     """Refuse (InvalidSpec) a model that does not exist; append to `warnings` when it could not be
-    checked. `model_name` is the spec's name as it will be stored."""
+    checked. `model_name` is the spec's name as it will be stored; a registered model (`model:NAME`)
+    was found when the spec's names were resolved (shared.spec.check_paths)."""
+    if is_registered(model_name):
+        return
     source = locate_model(model_name, settings.models_dir)
     if isinstance(source, Path):
         if not settings.check_data_on_submit:

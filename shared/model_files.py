@@ -1,7 +1,9 @@
 """A local model folder read without torch: its config, tokenizer.json, weight files and their shapes.
 
 The API uses it for the dry-run plan (tokenised lengths, a memory estimate); the worker's
-reproducibility record uses `weight_files` to know what to hash.
+reproducibility record uses `weight_files` to know what to hash. A registered model is read from
+this machine's copy of its config and tokenizer files (shared/model_cache.py): the API never
+fetches its weights.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from typing import Any
 
 from shared.config import Settings
 from shared.errors import InvalidSpec
-from shared.spec import resolve_under
+from shared.model_cache import cached_model
+from shared.registered_models import is_registered
+from shared.spec import JobSpec, resolve_under
+from shared.storage import open_store
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".gguf")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -22,8 +27,21 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 
 
+def api_model_folder(spec: JobSpec, settings: Settings) -> Path | None:
+    """Where the API reads the spec's model from: its registered model's config and tokenizer
+    (fetched into the cache), its folder under GLUEJOBS_MODELS_DIR, or None for a Hub id."""
+    if spec.registered_model is not None:
+        return cached_model(
+            open_store(settings), settings.cache_dir, spec.registered_model.sha256, tokenizer_only=True
+        )
+    return local_model_folder(spec.model_name_or_path, settings)
+
+
 def local_model_folder(name_or_path: str, settings: Settings) -> Path | None:
-    """The model's folder under GLUEJOBS_MODELS_DIR, or None for a Hub id (worker.modeling's rule)."""
+    """The model's folder under GLUEJOBS_MODELS_DIR, or None for a Hub id (worker.modeling's rule)
+    and for a registered model."""
+    if is_registered(name_or_path):
+        return None
     try:
         folder = resolve_under(settings.models_dir, name_or_path, field="model_name_or_path")
     except InvalidSpec:

@@ -23,7 +23,6 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -95,7 +94,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 # BIGINT on Postgres; INTEGER on SQLite, where only "INTEGER PRIMARY KEY" auto-increments.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-Json = JSON().with_variant(JSONB(), "postgresql")
+# JSON, not JSONB, on Postgres too: json keeps the text as written, so a spec comes back in its
+# field order and label counts in label order, as on SQLite; JSONB re-sorts keys (by length, then
+# bytes: `bf16, fast, fp16 …`). Nothing queries inside these columns but by a key (`->>`), which
+# json serves as well; JSONB's indexing and equality are not used.
+Json = JSON()
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -416,3 +419,36 @@ class JobFile(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     field: Mapped[str] = mapped_column(String(32), primary_key=True)
     file_id: Mapped[int] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
+
+
+class StoredModel(Base):
+    """A model folder registered once (POST /v1/models) and named by jobs as `model:NAME`. Its files
+    are the store's `models/blobs/<sha256>`; its manifest, `models/manifests/<sha256>.json`, is what
+    `sha256` hashes: two rows with one sha256 hold the same files."""
+
+    __tablename__ = "models"
+    __table_args__ = (
+        UniqueConstraint("owner", "name"),
+        Index("ix_models_owner_id", "owner", "id"),
+        Index("ix_models_sha256", "sha256"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    owner: Mapped[str | None] = mapped_column(String(64))  # as a job's owner
+    name: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    model_type: Mapped[str] = mapped_column(String(64))
+    # The manifest's entries, [{path, bytes, sha256}] by path: what its files are, without the store.
+    files: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class JobModel(Base):
+    """A job's use of a registered model: a model a queued or running job uses cannot be deleted."""
+
+    __tablename__ = "job_models"
+    __table_args__ = (Index("ix_job_models_model_id", "model_id"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))

@@ -25,7 +25,7 @@ from shared.data_checks import DataReport, read_and_check
 from shared.data_files import JobData, Split
 from shared.data_scope import DataScope
 from shared.file_limits import FileLimits
-from shared.model_files import count, local_model_folder, read_config, safetensors_shapes
+from shared.model_files import api_model_folder, count, read_config, safetensors_shapes
 from shared.schedule import spec_schedule
 from shared.spec import JobSpec
 from shared.upload_checks import first_rows
@@ -161,7 +161,7 @@ def _steps_at(
 
 
 def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str, Any]:
-    folder = local_model_folder(spec.model_name_or_path, settings)
+    folder = api_model_folder(spec, settings)
     if folder is None:
         return {
             "status": "unknown",
@@ -292,7 +292,7 @@ def memory_estimate(
     Transformer Models"): s·b·h·(34 + 5·a·s/h) bytes per layer with 16-bit activations, twice that
     in fp32. Not counted: the CUDA context and the allocator's fragmentation (add ~0.5–1 GiB).
     """
-    folder = local_model_folder(spec.model_name_or_path, settings)
+    folder = api_model_folder(spec, settings)
     if folder is None:
         return {
             "status": "unknown",

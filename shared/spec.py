@@ -35,6 +35,7 @@ from shared.data_scope import DataScope
 from shared.errors import InvalidSpec, field_error, quote
 from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
+from shared.registered_models import RegisteredModel, is_registered, parse_reference
 from shared.suggest import did_you_mean
 from shared.tasks import TASKS
 from shared.uploaded_files import UploadedFile, is_file_id
@@ -166,11 +167,18 @@ class JobSpec(BaseModel):
     model_name_or_path: str = Field(
         min_length=1,
         max_length=MAX_MODEL_NAME_CHARS,
-        description="A Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to it; no '.', '..' or "
-        f"empty components; each component at most {NAME_MAX_BYTES} bytes)",
+        description="A registered model (model:NAME, POST /v1/models; an admin may name another owner's "
+        "as model:OWNER/NAME), a Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to it; no '.', "
+        f"'..' or empty components; each component at most {NAME_MAX_BYTES} bytes)",
         # Documents part of check_model_name's rule (which enforces all of it): no control
         # characters, no surrounding spaces, no trailing slash.
         json_schema_extra={"pattern": r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s/\x00-\x1f\x7f])?$"},
+    )
+    registered_model: RegisteredModel | None = Field(
+        default=None,
+        description="Filled in by the API: the registered model model_name_or_path names (name, owner, "
+        "size, the sha256 of its manifest). A sha256 given here pins the files: a model with other files "
+        "is refused",
     )
     task_name: TaskName | None = Field(
         default=None,
@@ -473,6 +481,8 @@ class JobSpec(BaseModel):
     @field_validator("model_name_or_path")
     @classmethod
     def _model_name(cls, value: str) -> str:
+        if is_registered(value):
+            parse_reference(value)  # its ValueError names what is wrong, under the field
         return check_model_name(value)
 
     @field_validator("lora_target_modules", mode="before")
@@ -718,6 +728,12 @@ def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSp
             except ValueError as exc:
                 raise InvalidSpec(str(exc), field=field) from None
     updates["uploaded_files"] = uploaded or None
+    if is_registered(spec.model_name_or_path):
+        updates["registered_model"] = scope.registered(
+            spec.model_name_or_path, field="model_name_or_path", pinned=spec.registered_model
+        )
+        return spec.model_copy(update=updates)
+    updates["registered_model"] = None
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))

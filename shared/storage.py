@@ -48,6 +48,7 @@ T = TypeVar("T")
 
 FILES = "files"  # uploaded files, by content: files/<sha256>
 JOBS = "jobs"  # a job's folder: jobs/<id>/…
+MODELS = "models"  # registered models: models/blobs/<sha256>, models/manifests/<sha256>.json
 # S3 multipart pieces, sent one at a time: what an upload holds in memory (S3's minimum part is
 # 5 MiB; s3fs's defaults, 50 MiB parts ten at a time, would hold half a gigabyte). Measured on a
 # 200 MiB upload through the API (tests/test_files_api.py): peak RSS +31 MiB; two at a time, +48.
@@ -295,3 +296,13 @@ def file_key(sha256: str) -> str:
 
 def job_key(job_id: int, relative: str = "") -> str:
     return f"{JOBS}/{job_id}/{relative}".rstrip("/")
+
+
+def model_blob_key(sha256: str) -> str:
+    """One file of a registered model, by the sha256 of its bytes (shared by every model holding it)."""
+    return f"{MODELS}/blobs/{sha256}"
+
+
+def model_manifest_key(sha256: str) -> str:
+    """A registered model's manifest (its files' paths and hashes), by its own sha256: the model's hash."""
+    return f"{MODELS}/manifests/{sha256}.json"

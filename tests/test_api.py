@@ -189,6 +189,7 @@ def test_checkpoints_and_events(client: TestClient, db: Database) -> None:
             "epoch": 1.0,
             "step": 46,
             "path": "/a/checkpoint-46",
+            "download": f"gluejobs download {job['id']} DIR --checkpoint 46",
             "metrics": {"accuracy": 0.7},
             "created_at": checkpoints[0]["created_at"],
             "is_best": True,

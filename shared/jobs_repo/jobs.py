@@ -14,6 +14,7 @@ from shared.db import read, write
 from shared.errors import Conflict, NotFound
 from shared.jobs_repo.events import _transition
 from shared.jobs_repo.files import link_files
+from shared.jobs_repo.models import link_model
 from shared.jobs_repo.owned import _newest_first, _owned
 from shared.models import IdempotencyKey, Job, JobStatus, utcnow
 from shared.quotas import QuotaDefaults, check_queued
@@ -73,6 +74,7 @@ def _add_job(
     session.add(job)
     session.flush()
     link_files(session, job=job, uploaded=spec.get("uploaded_files") or {})
+    link_model(session, job=job, registered=spec.get("registered_model"))
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
     _transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")))
     return job

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
+from shared.artifact_links import download_command
 from shared.db import write
 from shared.jobs_repo.claims import Claim, _fence
 from shared.jobs_repo.events import CHECKPOINT, LOG, _event, _insert_for
@@ -126,7 +127,15 @@ def add_checkpoint(
             job_id,
             CHECKPOINT,
             f"checkpoint at step {step}" + (" (best so far)" if is_best else ""),
-            data={"step": step, "epoch": epoch, "path": path, "metrics": metrics, "is_best": is_best},
+            # What a reader can use, not the worker's folder or the store's URI (the checkpoint row
+            # keeps those, for operators).
+            data={
+                "step": step,
+                "epoch": epoch,
+                "download": download_command(job_id, checkpoint=step),
+                "metrics": metrics,
+                "is_best": is_best,
+            },
             attempt=claim.attempt,
             dedup_key=dedup_key,
         )

@@ -1,0 +1,181 @@
+"""/v1/models: base models registered once, kept in the store by content, named by jobs.
+
+A model folder arrives as a tar in the multipart part `file` (`gluejobs models upload` makes it), is
+streamed to this machine's disk (service/uploads.py), unpacked member by member and checked as a
+loadable transformers folder without torch (shared/model_uploads.py), and only then stored: each
+file under its sha256, the manifest of paths and hashes under its own sha256, which is the model's
+hash; its row names it for its owner. A refused or cut-off upload keeps nothing. A job names it in
+`model_name_or_path` as `model:NAME`; workers fetch it by hash into their cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query, Request, status
+from sqlalchemy.orm import Session
+
+from service.deps import After, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
+from service.model_schemas import ModelDeleted, ModelPublic
+from service.schemas import ErrorResponse, Page
+from service.uploads import FILE_FIELD, Received, receive_upload
+from shared import jobs_repo
+from shared.config import Settings
+from shared.errors import Conflict, InvalidRequest
+from shared.model_uploads import check_model_folder, unpack_model_tar
+from shared.models import StoredModel
+from shared.registered_models import NAME_PATTERN, ManifestFile, manifest_bytes, manifest_sha256
+from shared.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+UPLOAD_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": [FILE_FIELD, "name"],
+                "properties": {
+                    FILE_FIELD: {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The model folder as an uncompressed tar (tar -C FOLDER -cf - .)",
+                    },
+                    "name": {"type": "string", "pattern": NAME_PATTERN, "description": "The model's name"},
+                },
+            }
+        }
+    },
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ModelPublic,
+    openapi_extra={"requestBody": UPLOAD_BODY},
+    responses={
+        409: {"model": ErrorResponse, "description": "You already have a model of that name"},
+        413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_MODEL_BYTES"},
+        503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
+    },
+)
+async def create_model(
+    request: Request,
+    settings: SettingsDep,
+    store: StoreDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+) -> ModelPublic:
+    """Register a model folder (multipart/form-data: the part `file`, the folder as an uncompressed
+    tar; the field `name`). Up to GLUEJOBS_MAX_MODEL_BYTES (413 past it). It must be a folder
+    transformers loads without remote code: config.json with a known model_type and no auto_map, a
+    tokenizer, weights; only regular files a model folder holds (no links, no `..`, no Python).
+    Otherwise 422 naming the problem, and nothing is kept. Name it in a job as `model:NAME`."""
+    received = await receive_upload(
+        request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_model_bytes
+    )
+    try:
+        model = await anyio.to_thread.run_sync(_register, received, settings, store, session, principal.owner)
+    finally:
+        received.path.unlink(missing_ok=True)
+    return ModelPublic.of(model, caller=principal.owner)
+
+
+def _register(
+    received: Received, settings: Settings, store: Store, session: Session, owner: str | None
+) -> StoredModel:
+    name = received.fields.get("name") or ""
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise InvalidRequest(
+            "give the model a name: letters, digits, '.', '_' and '-', at most 64, starting with a "
+            "letter or digit",
+            field="name",
+        )
+    if jobs_repo.has_model(session, owner=owner, name=name):
+        raise Conflict(
+            f"you already have a model named {name!r}: delete it first, or choose another name", field="name"
+        )
+    staging = settings.cache_dir / "uploads" / f"model-{secrets.token_hex(8)}"
+    try:
+        files = unpack_model_tar(received.path, staging)
+        model_type = check_model_folder(staging)
+        sha256 = _store(staging, files, store)
+        new = jobs_repo.NewModel(
+            owner=owner,
+            name=name,
+            sha256=sha256,
+            bytes=sum(f.bytes for f in files),
+            model_type=model_type,
+            files=[f.model_dump() for f in sorted(files, key=lambda f: f.path)],
+        )
+        return jobs_repo.add_model(session, new=new)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _store(folder: Path, files: list[ManifestFile], store: Store) -> str:
+    """Put the folder's files and then its manifest into the store (each once, whoever sent it
+    before): the manifest last, so a manifest in the store always has its files."""
+    for entry in files:
+        key = model_blob_key(entry.sha256)
+        if not store.exists(key):
+            store.put(folder / entry.path, key)
+    sha256 = manifest_sha256(files)
+    manifest = folder.with_name(f"{folder.name}.manifest.json")
+    try:
+        manifest.write_bytes(manifest_bytes(files))
+        store.put(manifest, model_manifest_key(sha256))
+    finally:
+        manifest.unlink(missing_ok=True)
+    return sha256
+
+
+@router.get("", response_model=Page[ModelPublic])
+def read_models(
+    session: SessionDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="Page size")] = 20,
+    after: After = None,
+) -> dict[str, Any]:
+    """Your registered models (admins: everyone's), newest first, in cursor pages."""
+    models, has_more = jobs_repo.list_models(session, after=after, limit=limit, owner=principal.owner_filter)
+    return {
+        "data": [ModelPublic.of(m, caller=principal.owner) for m in models],
+        "has_more": has_more,
+        "next_cursor": str(models[-1].id) if has_more and models else None,
+    }
+
+
+@router.get("/{name}", response_model=ModelPublic)
+def read_model(model: ModelDep, principal: PrincipalDep) -> ModelPublic:
+    """One registered model (admins name another owner's with `?owner=`)."""
+    return ModelPublic.of(model, caller=principal.owner)
+
+
+@router.delete("/{name}", response_model=ModelDeleted, responses={409: {"model": ErrorResponse}})
+def delete_model(
+    model: ModelDep, session: SessionDep, principal: PrincipalDep, store: StoreDep
+) -> ModelDeleted:
+    """Delete a registered model; 409 while a queued or running job uses it. Its files leave the store
+    when no other model holds them; finished jobs keep the record of what they trained from."""
+    deleted, blobs, manifest = jobs_repo.delete_model(
+        session, name=model.name, owner=model.owner, caller=principal.owner_filter
+    )
+    try:
+        if manifest:
+            store.delete(model_manifest_key(deleted.sha256))
+        for sha256 in sorted(blobs):
+            store.delete(model_blob_key(sha256))
+    except StoreUnavailable as exc:  # the row is gone; the objects stay behind, unreferenced
+        logger.warning("model %s: its files stay in the store: %s", deleted.name, exc.message)
+    return ModelDeleted(name=deleted.name)

@@ -1,0 +1,129 @@
+"""Registered models (the API's /v1/models routes), and the link of a job to the model it names.
+
+A model's files live in the store by sha256, its manifest by the manifest's sha256
+(shared/registered_models.py); a row here is one owner's name for them. Names are unique per owner.
+A job names a model in its spec (`model:NAME`, with the model's record under `registered_model`);
+`link_model` records that use inside the job's own transaction, locking the model's row, and
+`delete_model` refuses (409) while a queued or running job holds it, as for uploaded files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from shared.db import read, write
+from shared.errors import Conflict, NotFound
+from shared.jobs_repo.files import _USING
+from shared.jobs_repo.owned import _newest_first, _owned
+from shared.models import Job, JobModel, StoredModel, utcnow
+
+
+@dataclass(frozen=True)
+class NewModel:
+    owner: str | None
+    name: str
+    sha256: str
+    bytes: int
+    model_type: str
+    files: list[dict[str, Any]]
+
+
+def add_model(session: Session, *, new: NewModel) -> StoredModel:
+    """A new model; Conflict when the owner already has a model of that name."""
+    with write(session):
+        if _named(session, new.owner, new.name) is not None:
+            raise Conflict(
+                f"you already have a model named {new.name!r}: delete it first, or choose another name",
+                field="name",
+            )
+        model = StoredModel(**vars(new), created_at=utcnow())
+        session.add(model)
+        session.flush()
+        return model
+
+
+def has_model(session: Session, *, owner: str | None, name: str) -> bool:
+    """Whether the owner has a model of that name (checked before an upload is stored)."""
+    with read(session):
+        return _named(session, owner, name) is not None
+
+
+def _named(session: Session, owner: str | None, name: str, *, lock: bool = False) -> StoredModel | None:
+    same_owner = StoredModel.owner.is_(None) if owner is None else StoredModel.owner == owner
+    query = select(StoredModel).where(same_owner, StoredModel.name == name)
+    return session.scalars(query.with_for_update() if lock else query).first()
+
+
+def _find(
+    session: Session, *, name: str, owner: str | None, caller: str | None, lock: bool = False
+) -> StoredModel:
+    """The model `name` of `owner`, through the one ownership check (`caller`: the owner a non-admin
+    caller must be, None for admins and without keys); NotFound also for another owner's model."""
+    found = _named(session, owner, name)
+    try:
+        if found is None:
+            raise NotFound()
+        return _owned(session, StoredModel, found.id, caller, lock=lock)
+    except NotFound:
+        raise NotFound(f"model {name!r} not found") from None
+
+
+def get_model(session: Session, *, name: str, owner: str | None, caller: str | None) -> StoredModel:
+    """The model `name` in `owner`'s names, or NotFound (also for a model `caller` may not see)."""
+    with read(session):
+        return _find(session, name=name, owner=owner, caller=caller)
+
+
+def list_models(
+    session: Session, *, after: int | None = None, limit: int = 20, owner: str | None = None
+) -> tuple[list[StoredModel], bool]:
+    """Newest first; `owner` None: everyone's (admins, and without keys)."""
+    return _newest_first(session, select(StoredModel), StoredModel, after=after, limit=limit, owner=owner)
+
+
+def delete_model(
+    session: Session, *, name: str, owner: str | None, caller: str | None
+) -> tuple[StoredModel, set[str], bool]:
+    """Delete the model: (its row, the sha256 of its files no other model holds, whether no other
+    model holds its manifest: what may leave the store). Conflict while a queued or running job uses it."""
+    with write(session):
+        model = _find(session, name=name, owner=owner, caller=caller, lock=True)
+        users = list(
+            session.scalars(
+                select(Job.id)
+                .join(JobModel, JobModel.job_id == Job.id)
+                .where(JobModel.model_id == model.id, Job.status.in_(_USING))
+                .order_by(Job.id)
+            )
+        )
+        if users:
+            raise Conflict(
+                f"model {model.name!r} is used by {'job' if len(users) == 1 else 'jobs'} "
+                f"{', '.join(map(str, users[:10]))}, still queued or running; delete it once they end"
+            )
+        session.execute(delete(JobModel).where(JobModel.model_id == model.id))
+        session.delete(model)
+        session.flush()
+        # Models are few (a team's base models): their file lists are read whole.
+        manifests: set[str] = set()
+        blobs: set[str] = set()
+        for other_sha, files in session.execute(select(StoredModel.sha256, StoredModel.files)):
+            manifests.add(other_sha)
+            blobs.update(str(entry["sha256"]) for entry in files)
+    return model, {entry["sha256"] for entry in model.files} - blobs, model.sha256 not in manifests
+
+
+def link_model(session: Session, *, job: Job, registered: Mapping[str, Any] | None) -> None:
+    """Record, inside the job's write transaction, the model the spec names (`registered`: the spec's
+    `registered_model`); NotFound when it has been deleted or replaced since the spec was checked."""
+    if not registered:
+        return
+    model = _named(session, registered.get("owner"), str(registered.get("name")), lock=True)
+    if model is None or model.sha256 != registered.get("sha256"):
+        raise NotFound(f"model {registered.get('name')!s} no longer exists", field="spec.model_name_or_path")
+    session.add(JobModel(job_id=job.id, model_id=model.id))
