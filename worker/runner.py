@@ -32,7 +32,7 @@ from types import FrameType
 
 from shared import jobs_repo, release
 from shared.config import Settings
-from shared.db import Database
+from shared.db import Database, read
 from shared.fair_share import ClaimPolicy
 from shared.models import Job, WorkerState
 from shared.resilience import Backoff, is_transient
@@ -294,7 +294,7 @@ class Worker:
     def _fits_database(self) -> bool:
         """Whether this release may still claim: asked before every claim, since the database may be
         migrated under a running worker (shared/release.py)."""
-        with self.database.session() as session:
+        with self.database.session() as session, read(session):
             reason = release.misfit(session.connection())
         if reason is None:
             return True
