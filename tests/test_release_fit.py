@@ -6,6 +6,7 @@ the previous release's head (0008) and this one's."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import time
@@ -77,7 +78,7 @@ def test_migrate_records_the_releases_that_fit_and_each_mismatch_has_its_line(db
         connection.execute(text("UPDATE alembic_version SET version_num = :head"), {"head": head})
 
     # The previous release's schema: this release needs migrate first, which brings it back.
-    command.downgrade(_config(db), PREVIOUS_HEAD)
+    downgrade(db, PREVIOUS_HEAD)
     assert misfit(db) == (
         f"gluejobs {release.RELEASE} needs the database schema at {head}, and it is at {PREVIOUS_HEAD}: "
         f"run `gluejobs migrate` with gluejobs {release.RELEASE}"
@@ -86,10 +87,12 @@ def test_migrate_records_the_releases_that_fit_and_each_mismatch_has_its_line(db
     assert misfit(db) is None
 
 
-def _config(db: Database):  # type: ignore[no-untyped-def]
-    config = alembic_config()
-    config.attributes["connection"] = db.engine.connect()
-    return config
+def downgrade(db: Database, revision: str) -> None:
+    """The database as the previous release left it (its schema, without this release's tables)."""
+    with db.engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
 
 
 def previous_release_database(tmp_path: Path) -> tuple[str, Database]:
@@ -141,13 +144,17 @@ def test_an_api_and_a_worker_that_do_not_fit_the_database_refuse_with_one_line(
     db.dispose()
 
 
-def test_migrating_while_a_worker_of_the_previous_release_drains(tmp_path: Path, settings_factory) -> None:  # type: ignore[no-untyped-def]
+def test_migrating_while_a_worker_of_the_previous_release_drains(
+    tmp_path: Path, settings_factory, postgres_url: str
+) -> None:  # type: ignore[no-untyped-def]
     """Migrate while old workers drain: the previous release's worker finishes the job it runs on the
-    migrated schema, then refuses to claim (one line, exit 3), and this release's worker runs the rest."""
-    url, db = previous_release_database(tmp_path)
-    settings = settings_factory(url)
+    migrated schema, then refuses to claim (one line, exit 3), and this release's worker runs the rest.
+    On Postgres, as a fleet runs (SQLite's one writer would make the job wait on the migration)."""
+    db = Database(postgres_url)
+    downgrade(db, PREVIOUS_HEAD)
+    settings = settings_factory(postgres_url)
     # Long enough (a few seconds of training) for the migration to land while it runs.
-    spec = {**QUICK_JOB, "max_train_samples": 256, "num_train_epochs": 2}
+    spec = {**QUICK_JOB, "max_train_samples": 256, "num_train_epochs": 2, "seed": 1}
     with db.session() as session:
         first = jobs_repo.create_job(session, spec=spec).id
     old_log = tmp_path / "old-worker.log"
@@ -168,7 +175,7 @@ def test_migrating_while_a_worker_of_the_previous_release_drains(tmp_path: Path,
 
         upgrade(db)  # this release's `gluejobs migrate`, under the running job
         with db.session() as session:
-            second = jobs_repo.create_job(session, spec=QUICK_JOB).id
+            second = jobs_repo.create_job(session, spec={**QUICK_JOB, "seed": 2}).id
         assert _status(db, first) == "running"  # the migration landed while the old worker worked
 
         assert old.wait(300) == 3, old_log.read_text()[-3000:]
@@ -194,3 +201,45 @@ def test_migrating_while_a_worker_of_the_previous_release_drains(tmp_path: Path,
 def _status(db: Database, job_id: int) -> str:
     with db.session() as session:
         return str(jobs_repo.get_job(session, job_id=job_id).status)
+
+
+def test_readyz_tells_warming_up_from_an_unreachable_database_and_a_release_mismatch(
+    tmp_path: Path, settings_factory
+) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.e2e import LOOPBACK_URL
+
+    url, db = previous_release_database(tmp_path)
+    client = TestClient(create_app(settings_factory(url)), base_url=LOOPBACK_URL)
+
+    def ready() -> tuple[int, dict[str, str], str | None]:
+        response = client.get("/readyz")
+        return response.status_code, response.json(), response.headers.get("retry-after")
+
+    # The previous release's schema, and nobody migrating: warming up, waiting for `gluejobs migrate`.
+    status, body, retry = ready()
+    assert (status, body["status"], retry) == (503, "warming_up", "2")
+    assert "not migrated" in body["detail"] and "run `gluejobs migrate`" in body["detail"]
+    # While another process migrates (it holds the migration lock).
+    with open(str(tmp_path / "fleet.db") + ".migrate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        status, body, _ = ready()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    assert (status, body["status"]) == (503, "warming_up") and "being migrated" in body["detail"]
+
+    upgrade(db)
+    assert ready()[:2] == (200, {"status": "ok", "database": "sqlite", "detail": None})
+    # A later release's migration left this one behind: no retry helps.
+    set_oldest_fitting(db, "9.0.0")
+    status, body, retry = ready()
+    assert (status, body["status"], retry) == (503, "incompatible", None)
+    assert "needs gluejobs 9.0.0 or newer" in body["detail"]
+    # The database away: unavailable, whatever its schema.
+    (tmp_path / "fleet.db").rename(tmp_path / "away.db")
+    (tmp_path / "fleet.db").mkdir()  # SQLite cannot open a folder
+    status, body, retry = ready()
+    assert (status, body["status"], retry) == (503, "unavailable", "2")
+    assert body["detail"].startswith("database unreachable")
+    db.dispose()

@@ -38,7 +38,8 @@ def readyz(request: Request) -> JSONResponse:
     if reason is None:
         return JSONResponse(Health(status="ok", database=db.dialect).model_dump())
     head = release.schema_head()
-    if current is None or current in release.known_revisions(head):  # behind this release's schema
+    behind = current is None or (current != head and current in release.known_revisions(head))
+    if behind:  # this release's schema is yet to come
         if migrating:
             return _unready("warming_up", db.dialect, f"the database schema is being migrated to {head}")
         return _unready("warming_up", db.dialect, f"database schema is not migrated: {reason}")
