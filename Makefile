@@ -12,19 +12,21 @@ CHROMIUM ?= /usr/bin/chromium
 TEST_WORKERS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo stop test lint bench clean
+.PHONY: install install-test demo stop test lint bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# Both distributions of this repository, editable: gluejobs (the client and CLI, ./pyproject.toml) and
+# gluejobs-server (the API, workers and migrations, server/pyproject.toml); README, "Install".
+$(VENV)/.installed: $(BIN)/python pyproject.toml server/pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[demo]"
+	$(BIN)/pip install --quiet -e . -e "./server[demo]"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test]" -e "./server[demo,mlflow,s3-test]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -57,6 +59,11 @@ lint: install-test
 ## make bench: the SST-2 benchmark through the real API and worker (prints one JSON line).
 bench: install-test
 	$(BIN)/python bench/sst2_bench.py
+
+## make dist: the two wheels (and sdists) a release ships, in dist/: gluejobs and gluejobs-server.
+dist: install-test
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m build --outdir dist server
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -198,27 +198,58 @@ def _client(args: argparse.Namespace) -> Client:
 # ---------------------------------------------------------------------------------------------------
 
 
+# What each of the service's commands needs beyond this client (the gluejobs-server distribution),
+# and the line that installs it: the client alone (`pip install gluejobs`) holds none of it.
+SERVER_PARTS = {
+    "serve": (("service", "shared", "fastapi"), "pip install gluejobs-server"),
+    "migrate": (("shared", "alembic", "sqlalchemy"), "pip install gluejobs-server"),
+    "worker": (
+        ("worker", "shared", "torch", "transformers"),
+        'pip install "gluejobs-server[worker]" (README, "Install": the CPU or the CUDA build of torch)',
+    ),
+}
+
+
+def _need_server(command: str) -> None:
+    """One line saying what to install when this machine lacks what `command` runs."""
+    import importlib.util
+
+    modules, line = SERVER_PARTS[command]
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CliError(f"this machine has the gluejobs client only ({', '.join(missing)} missing): {line}")
+
+
 def _serve(_args: argparse.Namespace, extra: list[str]) -> int:
+    _need_server("serve")
     from service.server import main as serve
 
     return serve(extra)
 
 
 def _worker(_args: argparse.Namespace, extra: list[str]) -> int:
+    _need_server("worker")
     from worker.main import main as work
 
     return work(extra)
 
 
 def _migrate(_args: argparse.Namespace, _extra: list[str]) -> int:
+    _need_server("migrate")
     from shared.config import get_settings
     from shared.db import Database
     from shared.migrate import upgrade
+    from shared.release import RELEASE, ReleaseMismatch
 
     db = Database(get_settings().database_url)
-    upgrade(db)
-    db.dispose()
-    print("database schema is up to date")
+    try:
+        upgrade(db)
+    except ReleaseMismatch as exc:
+        print(f"gluejobs migrate: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    print(f"database schema is up to date for gluejobs {RELEASE}")
     return 0
 
 

@@ -34,7 +34,7 @@ from service.routes import (
     sweeps,
     workers,
 )
-from shared import api_keys
+from shared import api_keys, release
 from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.models import ApiKey
@@ -90,7 +90,7 @@ def create_app(
     settings = settings or get_settings()
     app = FastAPI(
         title="gluejobs",
-        version="0.1.0",
+        version=release.RELEASE,
         summary="Fine-tuning jobs for GLUE-style classification and regression, as a REST service",
         # /docs is served from service/static (routes/dashboard.py), not from a CDN; no ReDoc.
         docs_url=None,

@@ -1,4 +1,5 @@
-"""`gluejobs serve` / `python -m service`: migrate the database, then serve the API with uvicorn.
+"""`gluejobs serve` / `python -m service`: migrate the database, then serve the API with uvicorn; an
+API whose release does not fit the database refuses to start with one line (shared/release.py).
 
 Without GLUEJOBS_API_KEYS (or GLUEJOBS_ADMIN_KEYS) the API serves anyone who can reach it, so it
 binds to 127.0.0.1 by default, and binding to any other address without keys takes an explicit
@@ -13,6 +14,7 @@ import logging
 import resource
 from typing import Any
 
+from shared import release
 from shared.config import Settings, get_settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -33,6 +35,11 @@ def parser(prog: str = "gluejobs serve") -> argparse.ArgumentParser:
         action="store_true",
         help="serve on an address other than loopback without API keys (anyone who can reach it can "
         "submit, read and cancel every job)",
+    )
+    result.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="leave the schema as it is (run `gluejobs migrate` yourself); refuse to serve unless it fits",
     )
     return result
 
@@ -87,7 +94,14 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs serve") -> int:
         arguments.error(refusal)  # exits with status 2
 
     db = Database(settings.database_url)
-    upgrade(db)
+    try:
+        if args.no_migrate:
+            with db.engine.connect() as connection:
+                release.check(connection)
+        else:
+            upgrade(db)
+    except release.ReleaseMismatch as exc:
+        raise SystemExit(f"{prog}: {exc}") from None  # one line, no traceback
     open_store(settings).check()  # the store's bucket or folder, made when missing
     serve(settings, db, host=args.host, port=args.port)
     return 0

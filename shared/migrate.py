@@ -1,7 +1,9 @@
-"""Bring a database to the newest schema; run by `gluejobs serve` and `gluejobs worker` on start-up.
+"""Bring a database to this release's schema; run by `gluejobs migrate`, and by `gluejobs serve` and
+`gluejobs worker` on start-up (unless --no-migrate).
 
 Several processes may start at once (an API and its workers), so the upgrade runs under a lock:
-a Postgres advisory lock, or a lock file beside the SQLite database.
+a Postgres advisory lock, or a lock file beside the SQLite database. A schema newer than this release
+knows is left alone: whether this release may work on it is shared/release.py's question.
 """
 
 from __future__ import annotations
@@ -14,41 +16,85 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, make_url, text
 
+from shared import release
 from shared.db import Database
 
 logger = logging.getLogger(__name__)
 
-ALEMBIC_DIR = Path(__file__).resolve().parent.parent / "alembic"
+# The repository keeps its migrations in the top-level alembic/ folder; the gluejobs-server wheel
+# carries them as shared/migrations (a top-level `alembic` folder would shadow the alembic package).
+MIGRATION_DIRS = (
+    Path(__file__).resolve().parent / "migrations",
+    Path(__file__).resolve().parent.parent / "alembic",
+)
 # An arbitrary constant that names gluejobs' migration lock among Postgres advisory locks.
 PG_MIGRATION_LOCK_ID = 0x6A0B5
 
 
+def migrations_dir() -> Path:
+    for folder in MIGRATION_DIRS:
+        if (folder / "env.py").is_file():
+            return folder
+    raise RuntimeError(
+        f"gluejobs-server's migrations are missing (looked in {', '.join(map(str, MIGRATION_DIRS))}): "
+        "reinstall gluejobs-server"
+    )
+
+
 def alembic_config() -> Config:
-    if not (ALEMBIC_DIR / "env.py").is_file():
-        raise RuntimeError(
-            f"the migrations are not at {ALEMBIC_DIR}: install gluejobs from its source (pip install -e .)"
-        )
     config = Config()
-    config.set_main_option("script_location", str(ALEMBIC_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     return config
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
+    """Migrate to `revision` (default: this release's head) and record which releases may work on the
+    schema; raises release.ReleaseMismatch when this release does not fit the database afterwards."""
     config = alembic_config()
+    head = release.schema_head()
+    target = head if revision == "head" else revision
     with _migration_lock(db), db.engine.begin() as connection:
         if db.dialect == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID})
+        current = release.current_revision(connection)
+        if current is not None and current not in release.known_revisions(head):
+            release.check(connection)  # a newer schema: it says whether this release may go on
+            return
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        command.upgrade(config, target)
+        if target == head:
+            release.record(connection, head)
+            release.check(connection)
 
 
 def is_up_to_date(connection: Connection) -> bool:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    return MigrationContext.configure(connection).get_current_revision() == head
+    return release.current_revision(connection) == release.schema_head()
+
+
+def is_migrating(db: Database) -> bool:
+    """Whether another process holds the migration lock now (it is upgrading the schema)."""
+    database = make_url(db.url).database
+    if db.dialect == "postgresql":
+        with db.engine.connect() as connection:
+            held = connection.execute(
+                text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID}
+            ).scalar()
+            connection.rollback()
+        return not held
+    if db.dialect != "sqlite" or not database or database == ":memory:":
+        return False
+    lock_path = Path(database + ".migrate.lock")
+    if not lock_path.exists():
+        return False
+    with lock_path.open("a") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock_file, fcntl.LOCK_UN)
+        return False
 
 
 @contextmanager

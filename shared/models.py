@@ -452,3 +452,16 @@ class JobModel(Base):
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+
+
+class ReleaseRecord(Base):
+    """One row: which releases may work on this database (shared/release.py), written by migrate."""
+
+    __tablename__ = "gluejobs_release"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    schema_revision: Mapped[str] = mapped_column(String(32))
+    # The oldest release whose API and workers may work on the schema.
+    min_release: Mapped[str] = mapped_column(String(32))
+    migrated_by: Mapped[str] = mapped_column(String(32))  # the release that wrote the row
+    migrated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

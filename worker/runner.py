@@ -26,14 +26,13 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from secrets import token_hex
 from types import FrameType
 
-from shared import jobs_repo
+from shared import jobs_repo, release
 from shared.config import Settings
-from shared.db import Database
+from shared.db import Database, read
 from shared.fair_share import ClaimPolicy
 from shared.models import Job, WorkerState
 from shared.resilience import Backoff, is_transient
@@ -53,12 +52,9 @@ from worker.warm import WarmStarter
 __all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
 
 
-def worker_version() -> str | None:
-    """The installed gluejobs version (GET /v1/workers shows it: a fleet mid-upgrade is visible)."""
-    try:
-        return metadata.version("gluejobs")
-    except metadata.PackageNotFoundError:
-        return None
+def worker_version() -> str:
+    """This worker's release (GET /v1/workers shows it: a fleet mid-upgrade is visible)."""
+    return release.RELEASE
 
 
 logger = logging.getLogger(__name__)
@@ -93,6 +89,8 @@ class Worker:
         self._backoff = Backoff(base_s=min(1.0, settings.poll_interval_s), cap_s=30.0)
         self._touched_at = 0.0
         self._state: WorkerState | None = None
+        # Why this release stopped claiming (the database needs another one), once it did.
+        self.refusal: str | None = None
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -112,7 +110,10 @@ class Worker:
                     if not self._registered:
                         self._register()
                     self._touch()
-                    if max_jobs is not None and self._started >= max_jobs:
+                    if self.refusal is not None:
+                        if not self._busy():
+                            break  # drained: its running jobs finished
+                    elif max_jobs is not None and self._started >= max_jobs:
                         if not self._busy():
                             break
                     elif self.pool.free and self._claim_and_start():
@@ -189,6 +190,8 @@ class Worker:
         """The worker's own heartbeat (and state) on its row, at most every heartbeat_s: an idle
         worker's poll costs a read, and this small write now and then."""
         state = WorkerState.busy if self._busy() else WorkerState.idle
+        if self.refusal is not None:
+            state = WorkerState.draining  # it takes no more work
         now = time.monotonic()
         if state == self._state and now - self._touched_at < max(
             self.settings.heartbeat_s, self.settings.lease_s / 4
@@ -246,7 +249,10 @@ class Worker:
     # --- claiming -----------------------------------------------------------------------------------
 
     def _claim_and_start(self) -> bool:
-        """Claim a job that fits in the free devices and start its supervisor; False if none did."""
+        """Claim a job that fits in the free devices and start its supervisor; False if none did (or
+        the database was migrated for a release this one does not fit: it then drains)."""
+        if not self._fits_database():
+            return False
         self._recover_expired_leases()
         free = self.pool.free
         started = time.perf_counter()
@@ -284,6 +290,24 @@ class Worker:
             self._started += 1
         supervisor.start()
         return True
+
+    def _fits_database(self) -> bool:
+        """Whether this release may still claim: asked before every claim, since the database may be
+        migrated under a running worker (shared/release.py)."""
+        with self.database.session() as session, read(session):
+            reason = release.misfit(session.connection())
+        if reason is None:
+            return True
+        self.refusal = reason
+        running = len(self._running)
+        logger.error(
+            "worker %s stops claiming: %s (it ends after its %d running job(s))",
+            self.worker_id,
+            reason,
+            running,
+        )
+        self._set_state(WorkerState.draining)
+        return False
 
     def _retry_pending(self) -> bool:
         with self.database.session() as session:

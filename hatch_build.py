@@ -1,0 +1,107 @@
+"""Builds the client distribution, `gluejobs`: the gluejobs package, and a private copy of the few
+modules of shared/ that its command line reads (the job spec, its tasks and names, the error words).
+
+The client must not install a top-level `shared` (a generic name that collides with other projects),
+and the repository keeps those modules in shared/, where the API and the workers import them as
+`shared.…`. So the wheel carries them as gluejobs/_shared/, with their `shared.` imports, and the
+client modules' module-level ones, pointed there. Which modules: every shared module that the client's
+modules import at module level, and what those import in turn (the closure, found by reading the
+imports; imports inside functions of gluejobs/ are the server's parts: `gluejobs serve`, `migrate`,
+the demo). In the repository and an editable install nothing is rewritten: `shared` is the real one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+PRIVATE = "gluejobs._shared"
+# gluejobs modules that start the server's parts and import shared/ for them (installed with it).
+SERVER_SIDE = {"stack.py", "demo.py"}
+SKIPPED = {"__pycache__"}
+SHARED_IMPORT = re.compile(r"^(\s*)(from|import) shared(\.| import )", re.MULTILINE)
+
+
+def shared_imports(source: str, *, module_level_only: bool) -> set[str]:
+    """The shared modules `source` imports ("shared.spec"), at module level or anywhere."""
+    tree = ast.parse(source)
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "shared":
+                found |= {f"shared.{alias.name}" for alias in node.names}
+            elif node.module.startswith("shared."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("shared.")}
+    return found
+
+
+def client_closure(root: Path) -> set[str]:
+    """The shared modules the client's modules need, directly or through each other."""
+    wanted: set[str] = set()
+    for path in (root / "gluejobs").glob("*.py"):
+        if path.name not in SERVER_SIDE:
+            wanted |= shared_imports(path.read_text(), module_level_only=True)
+    closure: set[str] = set()
+    while wanted:
+        module = wanted.pop()
+        if module not in closure:
+            closure.add(module)
+            wanted |= shared_imports(
+                (root / f"{module.replace('.', '/')}.py").read_text(), module_level_only=False
+            )
+    return closure
+
+
+def point_at_private_copy(source: str, *, module_level_only: bool) -> str:
+    """`source` with its imports of shared/ (all, or those at module level) pointed at gluejobs._shared."""
+    if not module_level_only:
+        return SHARED_IMPORT.sub(rf"\1\2 {PRIVATE}\3", source)
+    return re.sub(r"^(from|import) shared(\.| import )", rf"\1 {PRIVATE}\2", source, flags=re.MULTILINE)
+
+
+class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        if version == "editable" or self.target_name != "wheel":
+            return  # an editable install imports the repository's shared/ itself
+        root = Path(self.root)
+        self._scratch = Path(tempfile.mkdtemp(prefix="gluejobs-build-"))
+        include = build_data["force_include"]
+        for path in sorted((root / "gluejobs").rglob("*")):
+            relative = path.relative_to(root)
+            if not path.is_file() or SKIPPED & set(relative.parts) or path.suffix == ".pyc":
+                continue
+            if path.suffix == ".py" and path.name not in SERVER_SIDE and len(relative.parts) == 2:
+                text = point_at_private_copy(path.read_text(), module_level_only=True)
+                include[str(self._write(relative, text))] = relative.as_posix()
+            else:
+                include[str(path)] = relative.as_posix()
+        private = Path(*PRIVATE.split("."))
+        include[str(self._write(private / "__init__.py", '"""shared/ modules the client reads."""\n'))] = (
+            f"{private.as_posix()}/__init__.py"
+        )
+        for module in sorted(client_closure(root)):
+            name = module.removeprefix("shared.")
+            text = point_at_private_copy(
+                (root / "shared" / f"{name}.py").read_text(), module_level_only=False
+            )
+            include[str(self._write(private / f"{name}.py", text))] = f"{private.as_posix()}/{name}.py"
+
+    def _write(self, relative: Path, text: str) -> Path:
+        path = self._scratch / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
