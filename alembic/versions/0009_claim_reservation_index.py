@@ -1,0 +1,23 @@
+"""an index on jobs.reserved_by: every claim looks up its worker's reservation
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-02 09:15:00
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0009"
+down_revision: str | None = "0008"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_index("ix_jobs_reserved_by", "jobs", ["reserved_by"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_jobs_reserved_by", table_name="jobs")
