@@ -2,7 +2,7 @@
 rows, in this process (no API, no worker), under torch.profiler.
 
     python bench/fast_profile.py                  # 2000 rows (63 steps of batch 32), one thread pool
-    python bench/fast_profile.py --rows 1000 --top 25
+    python bench/fast_profile.py --rows 1000 --top 25 --profiled-steps 10
 
 The run is worker.training's own, with each phase of a step wrapped where it happens: fetching and
 collating the batch (the data loader's `next`), the forward pass, the backward pass, the optimizer
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
@@ -56,8 +56,9 @@ class _Phases:
         return _Timed()
 
 
-def _instrument(phases: _Phases) -> None:
-    """Wrap worker.training's step, batches and evaluation in the phases' timers."""
+def _instrument(phases: _Phases, profiler: Any) -> None:
+    """Wrap worker.training's step, batches and evaluation in the phases' timers; each training step
+    advances the profiler's schedule."""
 
     def train_step(run: Any, batch: dict[str, torch.Tensor], max_grad_norm: float | None) -> Any:
         accelerator = run.accelerator
@@ -73,6 +74,7 @@ def _instrument(phases: _Phases) -> None:
                 run.optimizer.step()
                 run.lr_scheduler.step()
                 run.optimizer.zero_grad()
+        profiler.step()
         return loss, grad_norm
 
     original_batches = training._epoch_batches
@@ -111,9 +113,16 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--profiled-steps", type=int, default=10)
     args = parser.parse_args()
     phases = _Phases()
-    _instrument(phases)
+    # The operators of `--profiled-steps` steps after a few to warm up: a whole run's trace takes
+    # longer to summarise than to record.
+    profiler = profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=3, warmup=2, active=args.profiled_steps, repeat=1),
+    )
+    _instrument(phases, profiler)
     with run_folder("gluejobs-fast-profile-") as root:
         settings = bench_settings(root)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +143,7 @@ def main() -> int:
             }
         )
         started = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        with profiler:
             result = training.run_training(spec, settings, output_dir=root / "job", reporter=_Quiet())
         wall_s = time.perf_counter() - started
     step_s = sum(phases.seconds[name] for name in ("collate", "forward", "backward", "optimizer"))
