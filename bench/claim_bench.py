@@ -8,6 +8,14 @@ the whole drain (claim and finish). With fair share on, the claim's policy is th
 (ClaimPolicy.from_settings: fair share, quotas, reservations), so its extra reads are counted too.
 Prints one JSON line per mode and the machine's load average.
 
+Where a claim's time goes (issue 23): each worker times the claim's SQL statements from the client
+(SQLAlchemy's cursor-execute events: the statement's round trip, which includes the server's work
+and any wait for a CPU on either side), so a claim splits into `sql_ms` (its statements) and the
+rest (Python, the commit, the worker's own wait for a core); `statements` counts its round trips.
+Then the first claim's statements are run again under EXPLAIN ANALYZE on the drained database (one
+connection, nothing else running, rolled back): `server_ms` is what Postgres itself spends executing
+and planning them. With `--workers 1` the same figures show a claim without competition.
+
     python bench/claim_bench.py
     python bench/claim_bench.py --jobs 10000 --owners 20 --workers 8 --claims 2000 \
         --postgres postgresql+psycopg://postgres@127.0.0.1:5432/test
@@ -24,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import Engine, event, insert, text
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -63,23 +71,68 @@ def fill(db: Database, *, jobs: int, owners: int) -> None:
         connection.execute(text("ANALYZE jobs"))
 
 
+def record_statements(engine: Engine, into: list[tuple[str, Any, float]]) -> None:
+    """Append (statement, parameters, seconds) for every statement `engine` runs."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        conn.info["bench_started"] = time.perf_counter()
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        into.append((statement, parameters, time.perf_counter() - conn.info.pop("bench_started")))
+
+
 def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> None:
-    """Claim and finish `claims` jobs; the claims' durations in ms."""
+    """Claim and finish `claims` jobs; per claim (ms, its statements' ms, their count), and the
+    statements of the first claim."""
     db = Database(url)
-    latencies = []
+    statements: list[tuple[str, Any, float]] = []
+    record_statements(db.engine, statements)
+    timings = []
+    first: list[tuple[str, Any]] = []
     with db.session() as session:
         for _ in range(claims):
+            statements.clear()
             started = time.perf_counter()
             job = jobs_repo.claim_next(
                 session, worker_id=worker, lease_s=60, max_processes=1, capacity=1, policy=policy
             )
-            latencies.append((time.perf_counter() - started) * 1000)
+            timings.append(
+                (
+                    (time.perf_counter() - started) * 1000,
+                    sum(s for *_, s in statements) * 1000,
+                    len(statements),
+                )
+            )
+            if not first:
+                first = [(statement, parameters) for statement, parameters, _ in statements]
             if job is None:
                 break
             claim = jobs_repo.Claim(job.id, worker, job.attempts)
             jobs_repo.finish_job(session, claim=claim, status=JobStatus.succeeded)
     db.dispose()
-    out.put(latencies)
+    out.put((timings, first))
+
+
+def server_ms(url: str, statements: list[tuple[str, Any]]) -> tuple[float, list[tuple[float, str]]]:
+    """Postgres's own execution and planning time for `statements` (EXPLAIN ANALYZE, rolled back)."""
+    db = Database(url)
+    each: list[tuple[float, str]] = []
+    try:
+        with db.engine.connect() as connection:
+            transaction = connection.begin()
+            for statement, parameters in statements:
+                plan = connection.exec_driver_sql(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters
+                ).scalar_one()
+                top = plan[0] if isinstance(plan, list) else json.loads(plan)[0]
+                took = top.get("Execution Time", 0.0) + top.get("Planning Time", 0.0)
+                each.append((round(took, 3), " ".join(statement.split())[:70]))
+            transaction.rollback()
+    finally:
+        db.dispose()
+    return round(sum(ms for ms, _ in each), 2), each
 
 
 def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
@@ -101,12 +154,16 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
             ]
             for process in processes:
                 process.start()
-            latencies = [ms for _ in processes for ms in out.get(timeout=1800)]
+            results = [out.get(timeout=1800) for _ in processes]
             elapsed = time.perf_counter() - started
             for process in processes:
                 process.join(60)
+            timings = [t for worker_timings, _ in results for t in worker_timings]
+            explained = server_ms(url, results[0][1])
         finally:
             db.dispose()
+    latencies = [total for total, _, _ in timings]
+    sql = [statements_ms for _, statements_ms, _ in timings]
     return {
         "fair_share": fair_share,
         "queued_jobs": args.jobs,
@@ -116,6 +173,12 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
         "claim_p50_ms": percentile(latencies, 0.5),
         "claim_p99_ms": percentile(latencies, 0.99),
         "claims_per_s": round(len(latencies) / elapsed, 1),
+        "statements_per_claim": round(sum(n for *_, n in timings) / len(timings), 2),
+        "sql_p50_ms": percentile(sql, 0.5),
+        "sql_p99_ms": percentile(sql, 0.99),
+        "outside_sql_p50_ms": percentile([t - s for t, s, _ in timings], 0.5),
+        "server_ms": explained[0],
+        "server_ms_each": explained[1],
         "load_average": load_average(),
     }
 
@@ -137,8 +200,9 @@ def main() -> int:
         ),
         help="a Postgres server (its database is used to create and drop a fresh one per mode)",
     )
+    parser.add_argument("--modes", default="on,off", help="fair share on, off, or both")
     args = parser.parse_args()
-    for fair_share in (True, False):
+    for fair_share in (mode.strip() == "on" for mode in args.modes.split(",")):
         print(json.dumps(run_mode(args, fair_share=fair_share)), flush=True)
     return 0
 

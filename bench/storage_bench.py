@@ -14,6 +14,17 @@ the file (`client.files.create`: the API checks it as it lands and stores it), t
 worker has fetched the file into its cache, checked its sha256, read and tokenised the rows). Per
 checkpoint, the worker's own log lines give the upload's seconds and megabytes; the job's time from
 its first step to its end is printed for both stores. One JSON line per store.
+
+    python bench/storage_bench.py --overhead --rounds 2    # checkpoint overhead: local vs S3
+
+`--overhead` (issue 23) measures what checkpointing to the object store costs the training: the same
+job (MiniLM, SST-2's training rows, the fast path, batch 16, a checkpoint every 100 steps,
+`--checkpoints` of them) with the local store and with the S3 endpoint, the stores taking turns
+for `--rounds` rounds so that the shared machine's load falls on both alike. Steps/s are counted
+between the first and the last training row (the worker writes each as the loop reports it, so
+its created_at is its step's time); each upload's seconds, and how long a save waited for the
+previous upload, come from the job's log. The ratio S3/local is the figure: 1.0 means the uploads
+cost the training nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +46,10 @@ from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from gluejobs.stack import S3Endpoint, local_stack, stack_environment, start_worker, stop  # noqa: E402
 
 SAVE_STEPS = 4
+OVERHEAD_SAVE_STEPS = 100
+OVERHEAD_LOGGING_STEPS = 10
 UPLOADED = re.compile(r"uploaded checkpoint-(\d+) \(([\d.]+) MB\) in ([\d.]+) s")
+WAITED = re.compile(r"waited ([\d.]+) s for the upload")
 FETCHED = re.compile(r"fetched the uploaded file \w+ \(([\d.]+) MB\) from the store in ([\d.]+) s")
 
 
@@ -52,7 +66,7 @@ def write_file(path: Path, megabytes: float) -> int:
     return written
 
 
-def run(store: str, megabytes: float, checkpoints: int) -> dict[str, Any]:
+def run(store: str, megabytes: float, checkpoints: int, *, overhead: bool = False) -> dict[str, Any]:
     with run_folder(f"gluejobs-storage-{store}-") as root:
         endpoint = S3Endpoint(root / "moto.log") if store == "s3" else None
         try:
@@ -82,6 +96,8 @@ def run(store: str, megabytes: float, checkpoints: int) -> dict[str, Any]:
             ):
                 worker = start_worker({**env, **machine}, log=root / "logs" / "worker-0.log")
                 try:
+                    if overhead:
+                        return {"store": store, **_overhead_job(client, train, dev, checkpoints)}
                     timings = _timed_job(client, train, dev, checkpoints)
                 finally:
                     stop(worker)
@@ -140,6 +156,42 @@ def _timed_job(
     return finished, upload_s, submitted_s, first_step_s, train_s, client.jobs.logs(job.id)
 
 
+def _overhead_job(client: Client, train: Path, dev: Path, checkpoints: int) -> dict[str, Any]:
+    """The checkpoint-overhead job: its steps/s from the first to the last logged training step."""
+    _wait_idle(client)
+    spec = {
+        "model_name_or_path": MODEL_NAME,
+        "train_file": client.files.create(train).id,
+        "validation_file": client.files.create(dev, purpose="validation").id,
+        "fast": True,
+        "per_device_train_batch_size": 16,
+        "max_train_steps": OVERHEAD_SAVE_STEPS * checkpoints,
+        "save_strategy": "steps",
+        "save_steps": OVERHEAD_SAVE_STEPS,
+        "eval_strategy": "no",
+        "logging_steps": OVERHEAD_LOGGING_STEPS,
+        "seed": 1,
+    }
+    job = client.jobs.create(spec)
+    finished = client.jobs.wait(job.id, timeout=3600, poll_interval=1.0)
+    log = client.jobs.logs(job.id)
+    # The worker writes each training row as the loop reports it: its created_at is the step's time.
+    rows = [m for m in client.jobs.metrics(job.id, split="train", name="loss") if m.created_at]
+    first, last = rows[0], rows[-1]
+    assert first.created_at is not None and last.created_at is not None
+    first_step, last_step = first.step, last.step
+    elapsed_s = (last.created_at - first.created_at).total_seconds()
+    return {
+        "status": finished.status,
+        "steps": last_step - first_step,
+        "steps_per_s": round((last_step - first_step) / max(elapsed_s, 1e-9), 3),
+        "checkpoint_mb": [float(mb) for _, mb, _ in UPLOADED.findall(log)][:1],
+        "checkpoint_upload_s": [float(s) for _, _, s in UPLOADED.findall(log)],
+        "save_waited_s": [float(s) for s in WAITED.findall(log)],
+        "load_average": load_average(),
+    }
+
+
 def _wait_idle(client: Client) -> None:
     """The worker registered and its warm-start template ready (it claims only then)."""
     deadline = time.monotonic() + 300
@@ -156,9 +208,27 @@ def main() -> int:
     parser.add_argument("--stores", default="local,s3", help="local, s3, or both (comma-separated)")
     parser.add_argument("--file-mb", type=float, default=50.0)
     parser.add_argument("--checkpoints", type=int, default=3)
+    parser.add_argument(
+        "--overhead", action="store_true", help="the checkpoint overhead: steps/s, local vs S3"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="with --overhead: the stores take turns this often"
+    )
     args = parser.parse_args()
-    for store in args.stores.split(","):
-        print(json.dumps(run(store.strip(), args.file_mb, args.checkpoints)), flush=True)
+    stores = [store.strip() for store in args.stores.split(",")]
+    if not args.overhead:
+        for store in stores:
+            print(json.dumps(run(store, args.file_mb, args.checkpoints)), flush=True)
+        return 0
+    rates: dict[str, list[float]] = {store: [] for store in stores}
+    for _ in range(args.rounds):
+        for store in stores:
+            result = run(store, 0.001, args.checkpoints, overhead=True)  # one pass of SST-2's rows
+            rates[store].append(result["steps_per_s"])
+            print(json.dumps(result), flush=True)
+    if {"local", "s3"} <= rates.keys():
+        ratios = [s3 / local for s3, local in zip(rates["s3"], rates["local"], strict=True)]
+        print(json.dumps({"s3_over_local_steps_per_s": [round(r, 3) for r in ratios]}), flush=True)
     return 0
 
 

@@ -62,6 +62,9 @@ class ClaimPlan:
 
     quota: list[ColumnElement[bool]]
     tiers: list[ColumnElement[bool] | None]  # None: any owner
+    # Whether any owner's devices are limited (its own max_devices or the default): only then must
+    # a claim re-check the picked job's owner under its row lock (queue.py), two round trips.
+    devices_limited: bool = True
 
 
 def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> ClaimPlan:
@@ -72,8 +75,9 @@ def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> Claim
     over = owners_over_hours(session, policy.quotas, now=now, rows=list(rows.values()))
     if over:
         quota.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
+    limited = policy.quotas.max_devices is not None or any(r.max_devices is not None for r in rows.values())
     if not policy.fair_share:
-        return ClaimPlan(quota, [None])
+        return ClaimPlan(quota, [None], limited)
     usage: dict[float, list[str]] = {}
     for owner, devices in held.items():
         share = rows[owner].share if owner in rows and rows[owner].share else 1.0
@@ -82,7 +86,7 @@ def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> Claim
     tiers: list[ColumnElement[bool] | None] = [Job.priority > policy.max_user_priority]
     tiers.append(or_(Job.owner.is_(None), Job.owner.not_in(holding)) if holding else None)
     tiers += [Job.owner.in_(sorted(owners)) for _level, owners in sorted(usage.items())]
-    return ClaimPlan(quota, tiers)
+    return ClaimPlan(quota, tiers, limited)
 
 
 def first_claimable(

@@ -8,7 +8,8 @@ the adapter) and the tokenizer, beside Accelerate's optimizer, scheduler and RNG
 Declared = durable = resumable. A checkpoint counts once it is *declared*: its row written through
 the attempt's fence (worker/reporting.py `QueuedReporter.checkpoint`, which first flushes every row
 logged before it). The life of one, in order: written into a staging folder of the attempt's own
-(`staging_path`) → published (renamed into place, `publish`) → declared. A later attempt resumes
+(`staging_path`) → published (renamed into place, `publish`) → with an object store, uploaded
+beside the next training steps (worker/checkpoint_uploads.py) → declared. A later attempt resumes
 only from the newest declared checkpoint whose folder is complete, and removes every folder nobody
 declared (`reconcile`): a process killed between publishing and declaring — its worker SIGKILLed
 during a database outage, say — leaves a folder the database never heard of, and the rows it still

@@ -41,6 +41,7 @@ from shared.schedule import Schedule, spec_schedule
 from shared.spec import JobSpec
 from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import checkpoints, throughput, tracking
+from worker.checkpoint_uploads import CheckpointUploads, SavedCheckpoint
 from worker.data import (
     RawData,
     TokenizedData,
@@ -168,6 +169,7 @@ def _train(
         _evaluate_all(run)  # so that every run ends with the metrics of its final weights
     final_metrics = _final_model(run)
     _write_outputs(run)
+    run.uploads.wait()  # the run ends once every checkpoint it saved is uploaded and declared
     return _summary(run, final_metrics)
 
 
@@ -223,7 +225,7 @@ def _set_up(
             num_training_steps=schedule.max_train_steps * accelerator.num_processes,
         )
     )
-    return _Run(
+    run = _Run(
         spec=spec,
         settings=settings,
         output_dir=storage.local,
@@ -248,6 +250,8 @@ def _set_up(
         ),
         meter=_Meter(accelerator),
     )
+    run.uploads = CheckpointUploads(storage, lambda saved: _declare_checkpoint(run, saved))
+    return run
 
 
 def _seed(spec: JobSpec, report: _MainProcessReporter) -> int:
@@ -342,6 +346,7 @@ class _Run:
     report: _MainProcessReporter
     progress: _Progress
     meter: _Meter
+    uploads: CheckpointUploads = field(init=False)
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -556,6 +561,7 @@ def _train_epoch(run: _Run, loader: Any, intervals: _Intervals, stop_requested: 
                 continue
             progress.completed_steps += 1
             step = progress.completed_steps
+            run.uploads.poll()  # declares the checkpoint uploading beside these steps once it is in
             done = step >= run.schedule.max_train_steps
             if step % intervals.logging_steps == 0 or done:
                 _log_training(run, window)
@@ -564,7 +570,8 @@ def _train_epoch(run: _Run, loader: Any, intervals: _Intervals, stop_requested: 
             if done:
                 break
             if _stop_agreed(accelerator, stop_requested):
-                _save_checkpoint(run, {}, keep=intervals.save_total_limit)
+                _save_checkpoint(run, {})
+                run.uploads.wait()  # a drain declares its checkpoint before the process exits
                 raise Preempted(step, checkpoints.checkpoint_path(run.checkpoints_dir, step))
     if window.batches:  # an epoch that ended between two logging steps
         _log_training(run, window)
@@ -599,7 +606,7 @@ def _after_step(run: _Run, intervals: _Intervals) -> bool:
     if intervals.evaluates_at(step):
         metrics = _evaluate_all(run, threshold=intervals.early_stopping_threshold)
     if intervals.saves_at(step):
-        _save_checkpoint(run, metrics, keep=intervals.save_total_limit)
+        _save_checkpoint(run, metrics)
     return bool(metrics) and _stops_early(run, intervals.early_stopping_patience)
 
 
@@ -609,7 +616,7 @@ def _end_of_epoch(run: _Run, intervals: _Intervals) -> bool:
     if intervals.eval_strategy == "epoch":
         metrics = _evaluate_all(run, threshold=intervals.early_stopping_threshold)
     if intervals.save_strategy == "epoch":
-        _save_checkpoint(run, metrics, keep=intervals.save_total_limit)
+        _save_checkpoint(run, metrics)
     return bool(metrics) and _stops_early(run, intervals.early_stopping_patience)
 
 
@@ -748,7 +755,7 @@ def _keep_model_files_in_checkpoints(accelerator: Accelerator, tokenizer: PreTra
     accelerator.register_load_state_pre_hook(load)
 
 
-def _save_checkpoint(run: _Run, metrics: dict[str, float], *, keep: int | None) -> None:
+def _save_checkpoint(run: _Run, metrics: dict[str, float]) -> None:
     accelerator, progress = run.accelerator, run.progress
     step = progress.completed_steps
     if progress.last_save_step == step:
@@ -762,17 +769,24 @@ def _save_checkpoint(run: _Run, metrics: dict[str, float], *, keep: int | None) 
     if accelerator.is_main_process:
         progress.state().write(staging)
         checkpoints.publish(staging, final)
-        run.storage.upload_checkpoint(final)  # in the store before it is declared
     accelerator.wait_for_everyone()
     progress.last_save_step = step
     is_best = bool(metrics) and progress.best_step == step
-    path = run.storage.checkpoint_location(final)
-    run.report.checkpoint(step=step, epoch=progress.epoch, path=path, metrics=metrics, is_best=is_best)
     if accelerator.is_main_process:
-        deleted = run.storage.rotate(keep=keep, best_step=progress.best_step)
-        if deleted:
-            run.report.checkpoints_deleted(deleted)
+        # Uploaded beside the next steps, declared once it is in the store (worker/checkpoint_uploads.py).
+        run.uploads.submit(SavedCheckpoint(step, progress.epoch, final, metrics, is_best))
     accelerator.wait_for_everyone()
+
+
+def _declare_checkpoint(run: _Run, saved: SavedCheckpoint) -> None:
+    """Write a checkpoint's row (it is in the store), then rotate: the main process, training thread."""
+    path = run.storage.checkpoint_location(saved.folder)
+    run.report.checkpoint(
+        step=saved.step, epoch=saved.epoch, path=path, metrics=saved.metrics, is_best=saved.is_best
+    )
+    deleted = run.storage.rotate(keep=run.spec.save_total_limit, best_step=run.progress.best_step)
+    if deleted:
+        run.report.checkpoints_deleted(deleted)
 
 
 def _resume(run: _Run, folder: Path, accumulation: int) -> tuple[int, int]:

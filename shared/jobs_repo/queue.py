@@ -117,8 +117,11 @@ def _claim_first(
     """In one write transaction: the first job matching `conditions` in the policy's order, locked,
     then claimed by one UPDATE."""
     with write(session):
-        job_id = first_claimable(session, plan_claim(session, policy, now=now), conditions)
-        if job_id is None or not _still_within_device_quota(session, policy, job_id):
+        plan = plan_claim(session, policy, now=now)
+        job_id = first_claimable(session, plan, conditions)
+        if job_id is None or (
+            plan.devices_limited and not _still_within_device_quota(session, policy, job_id)
+        ):
             return None
         job = session.scalars(
             update(Job)
