@@ -1,8 +1,8 @@
 """claim indexes: jobs.reserved_by (every claim looks up its worker's reservation), and the queue's
 index in the claim's order (priority DESC, id) so that a claim reads one row, not a sort
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0013
+Revises: 0010
 Create Date: 2026-12-02 09:15:00
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0013"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
