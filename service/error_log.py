@@ -23,6 +23,8 @@ MAX_LOG_CHARS = 4000
 MAX_FRAMES = 8  # per exception, the innermost: where it was raised
 MAX_CHAIN = 4  # exceptions followed through __cause__ / __context__
 MAX_STATEMENT_CHARS = 300
+MAX_PATH_CHARS = 1000  # of a request's path in an access log line
+ACCESS_LOGGER = "uvicorn.access"
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -47,12 +49,20 @@ class BoundedLines(logging.Filter):
     and every message is cut to MAX_LOG_CHARS."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == ACCESS_LOGGER and isinstance(record.args, tuple) and len(record.args) == 5:
+            # uvicorn's access formatter reads its five arguments (client, method, path, version,
+            # status) itself: only the path, the one a client chooses, is cut.
+            client, method, path, version, status = record.args
+            record.args = (client, method, shorten(str(path), MAX_PATH_CHARS), version, status)
+            return True
         message = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
             message = f"{shorten(message, 500)}: {describe_failure(record.exc_info[1])}"
             record.exc_info = None
             record.exc_text = None
-        record.msg, record.args = shorten(message, MAX_LOG_CHARS - 1), None  # with its "…"
+        elif len(message) < MAX_LOG_CHARS:
+            return True  # as it was: a formatter may read the record's own arguments
+        record.msg, record.args = shorten(message, MAX_LOG_CHARS - 1), ()  # with its "…"
         return True
 
 

@@ -119,3 +119,28 @@ def test_a_handler_with_bounded_lines_never_writes_a_traceback_message() -> None
     assert len(lines) == 2 and all(len(line) <= MAX_LOG_CHARS for line in lines)
     assert "RuntimeError" in lines[0] and "KeyError" in lines[0] and SECRET not in out.getvalue()
     assert "a cell of" not in lines[0]
+
+
+def test_access_lines_keep_uvicorns_format_with_the_path_cut() -> None:
+    """uvicorn's access formatter unpacks the record's own arguments: they stay a 5-tuple."""
+    from uvicorn.logging import AccessFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False)
+    )
+    handler.addFilter(BoundedLines())
+    logger = logging.getLogger("uvicorn.access")
+    logger.addHandler(handler)
+    was, logger.propagate, level = logger.propagate, False, logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", "/v1/" + "x" * 20_000, "1.1", 404)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = was
+        logger.setLevel(level)
+    [line] = out.getvalue().splitlines()
+    assert line.startswith('127.0.0.1:5 - "GET /v1/xxx') and line.endswith('HTTP/1.1" 404 Not Found')
+    assert len(line) < 1100
