@@ -239,6 +239,7 @@ def test_readyz_tells_warming_up_from_an_unreachable_database_and_a_release_mism
     # The database away: unavailable, whatever its schema.
     (tmp_path / "fleet.db").rename(tmp_path / "away.db")
     (tmp_path / "fleet.db").mkdir()  # SQLite cannot open a folder
+    client.app.state.db.engine.dispose()  # no pooled connection to the moved file
     status, body, retry = ready()
     assert (status, body["status"], retry) == (503, "unavailable", "2")
     assert body["detail"].startswith("database unreachable")
