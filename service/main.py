@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.exc import SQLAlchemyError
@@ -27,11 +30,13 @@ from service.routes import (
     leaderboard,
     owners,
     prometheus,
+    searches,
     stream,
     submissions,
     sweeps,
     workers,
 )
+from service.search_driver import SearchDriverThread
 from shared import api_keys
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -69,6 +74,22 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
     return ring
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The search driver runs while the app serves (GLUEJOBS_SEARCH_DRIVER), and hands its searches
+    back when it stops."""
+    driver = (
+        SearchDriverThread(app.state.db, app.state.settings) if app.state.settings.search_driver else None
+    )
+    if driver is not None:
+        driver.start()
+    try:
+        yield
+    finally:
+        if driver is not None:
+            await asyncio.to_thread(driver.stop)
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -84,6 +105,7 @@ def create_app(
         redoc_url=None,
         # On every route, before its own validation: values no database stores faithfully.
         dependencies=[Depends(reject_unstorable_values)],
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
@@ -109,6 +131,7 @@ def create_app(
     v1.include_router(artifacts.router)
     v1.include_router(files.router)
     v1.include_router(sweeps.router)
+    v1.include_router(searches.router)
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)

@@ -30,6 +30,7 @@ from shared.jobs_repo.jobs import (
     find_job,
     get_job,
     list_jobs,
+    prune_job,
     request_cancel,
 )
 from shared.jobs_repo.queue import (
@@ -125,6 +126,7 @@ __all__ = [
     "list_sweep_jobs",
     "list_sweeps",
     "list_workers",
+    "prune_job",
     "prune_workers",
     "public_id",
     "queued_wider_than",

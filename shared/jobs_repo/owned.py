@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import read
 from shared.errors import NotFound
-from shared.models import File, Job, Sweep
+from shared.models import File, Job, Search, Sweep
 
-Owned = TypeVar("Owned", Job, Sweep, File)
+Owned = TypeVar("Owned", Job, Sweep, File, Search)
 
 
 def _owned(

@@ -1,0 +1,319 @@
+"""Hyperparameter searches (shared/searches, /v1/searches) on SQLite and Postgres.
+
+Trials are moved along with the repository calls a worker makes (claim, metric rows, finish) and the
+driver is stepped by hand, so that every report, prune and ending can be pinned; the same paths
+with real workers and a real API restart are in test_search_end_to_end.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from service.main import create_app
+from shared import jobs_repo
+from shared.config import Settings
+from shared.db import Database
+from shared.jobs_repo import MetricRow
+from shared.models import Job, JobStatus, Search, SearchTrial
+from shared.searches import store
+from shared.searches.config import FloatRange
+from shared.searches.driver import drive_once
+from shared.searches.optimizer import COMPLETE, Optimizer, TrialRecord
+from tests.dbutil import claimed, count_rows
+from tests.e2e import LOOPBACK_URL
+
+SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_eval_samples": 40}
+LR = {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}
+DRIVER = "test-driver"
+
+
+@pytest.fixture
+def client(settings: Settings, db: Database) -> TestClient:
+    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
+
+
+def create(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/searches", json={"spec": SST2, "space": {"learning_rate": LR}, **body})
+    assert response.status_code == 201, response.text
+    search: dict[str, Any] = response.json()
+    return search
+
+
+def search_of(client: TestClient, search_id: int) -> dict[str, Any]:
+    response = client.get(f"/v1/searches/{search_id}")
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def evaluate(db: Database, job_id: int, values: list[float], *, finish: JobStatus | None = None) -> None:
+    """What a worker does: claim the job, write one evaluation per epoch (steps 2, 4 …), maybe finish."""
+    with db.session() as session:
+        claim = claimed(session, job_id)
+        for epoch, value in enumerate(values, start=1):
+            rows = [MetricRow(float(epoch), 2 * epoch, "eval", "accuracy", value)]
+            jobs_repo.add_metrics(session, job_id=job_id, rows=rows, best_metric="accuracy", claim=claim)
+        if finish is not None:
+            jobs_repo.finish_job(session, claim=claim, status=finish)
+
+
+def finish_running(db: Database, job_id: int, status: JobStatus) -> None:
+    """The job's worker records how it ended (a cancelled job: its worker stopped it)."""
+    with db.engine.connect() as connection:
+        worker_id, attempt = connection.execute(
+            select(Job.worker_id, Job.attempts).where(Job.id == job_id)
+        ).one()
+    with db.session() as session:
+        jobs_repo.finish_job(session, claim=jobs_repo.Claim(job_id, worker_id, attempt), status=status)
+
+
+def drive(db: Database, settings: Settings) -> None:
+    drive_once(db, settings, driver_id=DRIVER)
+
+
+def test_a_search_queues_its_first_trials_as_ordinary_jobs(client: TestClient) -> None:
+    search = create(client, n_trials=5, parallelism=2, metadata={"project": "lr"})
+    assert search["status"] == "running"
+    assert search["objective"] == {"metric": "accuracy", "direction": "maximize"}
+    assert search["sampler"]["type"] == "tpe" and search["pruner"]["type"] == "median"
+    assert len(search["job_ids"]) == 2 and search["trial_counts"]["running"] == 2
+    assert "learning_rate" not in search["spec"]
+    seeds = set()
+    for trial in search["trials"]:
+        job = client.get(f"/v1/jobs/{trial['job_id']}").json()
+        lr = trial["params"]["learning_rate"]
+        assert 1e-5 <= lr <= 1e-3 and job["spec"]["learning_rate"] == lr
+        assert job["status"] == "queued"
+        assert job["metadata"] == {
+            "project": "lr",
+            "search_id": str(search["id"]),
+            "search_trial": trial["number"],
+            "search_configuration": f"learning_rate={lr} seed={job['spec']['seed']}",
+        }
+        seeds.add(job["spec"]["seed"])
+    assert len(seeds) == 1  # the trials differ only in the searched values
+    listed = client.get("/v1/searches").json()
+    assert [s["id"] for s in listed["data"]] == [search["id"]] and listed["data"][0]["trials"] is None
+    assert len(client.get("/v1/jobs").json()["data"]) == 2  # visible where jobs are
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            {"space": {"learning_rate": {"type": "float", "low": 1e-3, "high": 1e-5}}},
+            "space.learning_rate.float",
+        ),
+        (
+            {"space": {"learning_rate": {"type": "float", "low": 0, "high": 1e-3, "log": True}}},
+            "space.learning_rate.float",
+        ),
+        ({"space": {"seed": {"type": "int", "low": 0, "high": 9}}}, "space.seed"),
+        (
+            {"space": {"model_name_or_path": {"type": "categorical", "choices": ["a", "b"]}}},
+            "space.model_name_or_path",
+        ),
+        ({"space": {"learning_rat": LR}}, "space.learning_rat"),
+        ({"space": {"max_eval_samples": {"type": "int", "low": 1, "high": 9}}}, "space.max_eval_samples"),
+        ({"space": {"num_warmup_steps": {"type": "int", "low": -5, "high": 9}}}, "space.num_warmup_steps"),
+        ({"space": {}}, "space"),
+        ({"objective": {"metric": "f1"}}, "objective.metric"),
+        ({"pruner": {"type": "hyperband"}}, "pruner.type"),
+        ({"n_trials": 0}, "n_trials"),
+    ],
+)
+def test_a_search_that_cannot_run_is_refused_naming_the_field(
+    client: TestClient, db: Database, body: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/searches", json={"spec": SST2, "space": {"learning_rate": LR}, **body})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field, response.json()
+    assert count_rows(db, Search) == 0 and count_rows(db, Job) == 0
+
+
+def test_the_median_pruner_stops_a_trial_behind_the_others_by_the_cancel_path(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    search = create(client, n_trials=4, parallelism=2, pruner={"type": "median", "n_startup_trials": 2})
+    first, second = search["job_ids"]
+    evaluate(db, first, [0.80, 0.85], finish=JobStatus.succeeded)
+    evaluate(db, second, [0.70, 0.90], finish=JobStatus.succeeded)
+    drive(db, settings)  # both complete; two more trials are asked for
+    found = search_of(client, search["id"])
+    assert [t["state"] for t in found["trials"]] == ["complete", "complete", "running", "running"]
+    assert [t["value"] for t in found["trials"][:2]] == [0.85, 0.90]  # each trial's best evaluation
+    assert found["best"]["number"] == 1 and found["best"]["value"] == 0.90
+    third, fourth = found["job_ids"][2:]
+
+    evaluate(db, third, [0.50])  # below the median (0.75) of the others' first evaluation
+    evaluate(db, fourth, [0.80])
+    drive(db, settings)
+    job = client.get(f"/v1/jobs/{third}").json()
+    assert job["status"] == "cancelling" and job["error_code"] == "pruned"
+    assert "at evaluation 1 (epoch 1, step 2): accuracy 0.5" in job["error"]
+    events = client.get(f"/v1/jobs/{third}/events").json()["data"]
+    pruned = next(e for e in events if e["data"] and "pruned" in e["data"])
+    assert pruned["data"]["pruned"] == {
+        "evaluation": 1,
+        "epoch": 1.0,
+        "step": 2,
+        "metric": "accuracy",
+        "value": 0.5,
+        "pruner": "median",
+    }
+    assert "pruned by search" in pruned["message"]
+    assert client.get(f"/v1/jobs/{fourth}").json()["status"] == "running"  # above the median: goes on
+
+    finish_running(db, third, JobStatus.cancelled)  # its worker stopped it
+    job = client.get(f"/v1/jobs/{third}").json()
+    assert job["status"] == "cancelled" and job["error_code"] == "pruned" and "pruned" in job["error"]
+    with db.session() as session:
+        jobs_repo.add_metrics(
+            session,
+            job_id=fourth,
+            rows=[MetricRow(2.0, 4, "eval", "accuracy", 0.95)],
+            best_metric="accuracy",
+            claim=jobs_repo.Claim(fourth, "w", 1),
+        )
+    finish_running(db, fourth, JobStatus.succeeded)
+    drive(db, settings)
+    found = search_of(client, search["id"])
+    assert found["status"] == "succeeded" and found["finished_at"] is not None
+    assert found["trial_counts"] == {"running": 0, "complete": 3, "pruned": 1, "failed": 0}
+    pruned_trial = found["trials"][2]
+    assert pruned_trial["state"] == "pruned" and pruned_trial["pruned"]["evaluation"] == 1
+    assert pruned_trial["intermediate"] == {"1": 0.5}
+    assert found["best"] == {
+        "number": 3,
+        "job_id": fourth,
+        "params": found["trials"][3]["params"],
+        "value": 0.95,
+    }
+    assert client.post(f"/v1/searches/{search['id']}/cancel").status_code == 409
+
+
+def test_successive_halving_prunes_at_its_rungs(client: TestClient, db: Database, settings: Settings) -> None:
+    search = create(
+        client,
+        n_trials=2,
+        parallelism=1,
+        sampler={"type": "random"},
+        pruner={"type": "asha", "min_resource": 1, "reduction_factor": 2},
+    )
+    evaluate(db, search["job_ids"][0], [0.9], finish=JobStatus.succeeded)
+    drive(db, settings)
+    with db.engine.connect() as connection:
+        attrs = connection.scalar(select(SearchTrial.system_attrs).where(SearchTrial.number == 0))
+    assert attrs == {"completed_rung_0": 0.9}  # kept for the next steps' studies
+    second = search_of(client, search["id"])["job_ids"][1]
+    evaluate(db, second, [0.4])  # not in the top half at rung 0
+    drive(db, settings)
+    job = client.get(f"/v1/jobs/{second}").json()
+    assert job["status"] == "cancelling" and job["error_code"] == "pruned" and "asha pruner" in job["error"]
+
+
+def test_cancelling_a_search_cancels_its_trials(client: TestClient, db: Database, settings: Settings) -> None:
+    search = create(client, n_trials=6, parallelism=2)
+    evaluate(db, search["job_ids"][0], [0.6])  # running
+    response = client.post(f"/v1/searches/{search['id']}/cancel")
+    assert response.status_code == 202, response.text
+    statuses = [client.get(f"/v1/jobs/{i}").json()["status"] for i in search["job_ids"]]
+    assert statuses == ["cancelling", "cancelled"]
+    drive(db, settings)
+    assert search_of(client, search["id"])["status"] == "running"  # a trial is still stopping
+    finish_running(db, search["job_ids"][0], JobStatus.cancelled)
+    drive(db, settings)
+    found = search_of(client, search["id"])
+    assert found["status"] == "cancelled" and len(found["trials"]) == 2  # no trial asked after the cancel
+    assert found["trial_counts"]["failed"] == 2 and found["best"] is None
+    assert client.post(f"/v1/searches/{search['id']}/cancel").status_code == 409
+
+
+def test_the_best_configuration_reruns_over_seeds(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    search = create(client, n_trials=1, parallelism=1, pruner={"type": "none"})
+    assert client.post(f"/v1/searches/{search['id']}/seeds", json={"seeds": [0, 1]}).status_code == 409
+    evaluate(db, search["job_ids"][0], [0.7, 0.8], finish=JobStatus.succeeded)
+    drive(db, settings)
+    response = client.post(f"/v1/searches/{search['id']}/seeds", json={"seeds": [0, 1, 2]})
+    assert response.status_code == 201, response.text
+    seeds = response.json()["seeds"]
+    assert seeds["seeds"] == [0, 1, 2] and len(seeds["job_ids"]) == 3 and seeds["median"] is None
+    best_lr = search["trials"][0]["params"]["learning_rate"]
+    for job_id, value in zip(seeds["job_ids"], [0.81, 0.79, 0.85], strict=True):
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        assert job["spec"]["learning_rate"] == best_lr and job["sweep_id"] == seeds["sweep_id"]
+        evaluate(db, job_id, [value - 0.1, value], finish=JobStatus.succeeded)
+    seeds = search_of(client, search["id"])["seeds"]
+    assert seeds["values"] == [0.81, 0.79, 0.85] and seeds["median"] == statistics.median([0.81, 0.79, 0.85])
+    assert seeds["status"] == "succeeded"
+    assert client.post(f"/v1/searches/{search['id']}/seeds", json={"seeds": [4]}).status_code == 409
+
+
+def test_one_driver_at_a_time_holds_a_search(client: TestClient, db: Database) -> None:
+    search = create(client, n_trials=2, parallelism=1)
+    with db.session() as session:
+        assert store.take_lease(session, search_id=search["id"], driver_id="a", lease_s=60)
+        assert store.take_lease(session, search_id=search["id"], driver_id="a", lease_s=60)  # renewed
+        assert not store.take_lease(session, search_id=search["id"], driver_id="b", lease_s=60)
+        store.release_leases(session, driver_id="a")  # its API process stopped
+        assert store.take_lease(session, search_id=search["id"], driver_id="b", lease_s=-1)  # at once
+        assert store.take_lease(session, search_id=search["id"], driver_id="a", lease_s=60)  # b's ran out
+
+
+@pytest.mark.parametrize("sampler", [{"type": "random"}, {"type": "tpe", "n_startup_trials": 2}])
+def test_a_rebuilt_study_asks_what_the_first_would_have(sampler: dict[str, Any]) -> None:
+    """The driver rebuilds the study from rows at every step: the parameters drawn must depend on the
+    history only, so that a search driven by another process draws what this one would have."""
+    space = {"learning_rate": FloatRange(type="float", low=1e-5, high=1e-3, log=True)}
+    history = [
+        TrialRecord(i, {"learning_rate": lr}, COMPLETE, value, {1: value})
+        for i, (lr, value) in enumerate([(1e-4, 0.8), (3e-4, 0.9), (2e-5, 0.6)])
+    ]
+
+    def asked() -> list[float]:
+        optimizer = Optimizer(
+            space=space,
+            direction="maximize",
+            sampler={**sampler, "n_startup_trials": 2},
+            pruner={"type": "none"},
+            seed=7,
+            trials=history,
+        )
+        return [optimizer.ask()[1]["learning_rate"] for _ in range(3)]
+
+    drawn = asked()
+    assert drawn == asked() and len(set(drawn)) == 3
+    assert all(math.log(1e-5) <= math.log(lr) <= math.log(1e-3) for lr in drawn)
+
+
+ALICE, BOB = "alice=alice-key-0123456789abcdef", "bob=bob-key-0123456789abcdef"
+
+
+def test_trials_are_the_owners_jobs_counted_against_its_queue(settings_factory, db_url: str) -> None:  # type: ignore[no-untyped-def]
+    settings = settings_factory(db_url, api_keys=[ALICE, BOB], default_max_queued=1)
+    db = Database(settings.database_url)
+    client = TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
+    client.headers["Authorization"] = "Bearer " + ALICE.split("=", 1)[1]
+    body = {"spec": SST2, "space": {"learning_rate": LR}, "parallelism": 2}
+    response = client.post("/v1/searches", json=body)
+    assert response.status_code == 429 and response.json()["error"]["code"] == "over_quota"
+    assert count_rows(db, Search) == 0 and count_rows(db, Job) == 0  # nothing half-stored
+    search = create(client, n_trials=3, parallelism=1)
+    assert client.get(f"/v1/jobs/{search['job_ids'][0]}").json()["owner"] == "alice"
+    bob = {"Authorization": "Bearer " + BOB.split("=", 1)[1]}
+    assert client.get(f"/v1/searches/{search['id']}", headers=bob).status_code == 404
+    assert client.get("/v1/searches", headers=bob).json()["data"] == []
+    evaluate(db, search["job_ids"][0], [0.7], finish=JobStatus.succeeded)
+    assert client.post("/v1/jobs", json={"spec": SST2}).status_code == 201  # the queue is full again
+    drive(db, settings)
+    found = search_of(client, search["id"])
+    assert len(found["trials"]) == 1 and "waiting for room in the queue" in found["note"]
+    db.dispose()
