@@ -63,6 +63,7 @@ from gluejobs._core import (
 )
 from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
 from gluejobs._files import LocalFile
+from gluejobs._searches import AsyncSearches, Searches, SearchOptions
 from gluejobs._types import (
     TERMINAL_STATUSES,
     ApiError,
@@ -77,6 +78,7 @@ from gluejobs._types import (
     OwnerInfo,
     Plan,
     Result,
+    Search,
     StreamEvent,
     Sweep,
     SweepPlan,
@@ -99,6 +101,7 @@ __all__ = [
     "AsyncJobs",
     "AsyncKeys",
     "AsyncOwners",
+    "AsyncSearches",
     "AsyncSweeps",
     "AsyncWorkers",
     "Audit",
@@ -116,6 +119,9 @@ __all__ = [
     "Owners",
     "Plan",
     "RetryPolicy",
+    "Search",
+    "SearchOptions",
+    "Searches",
     "StreamEvent",
     "Sweep",
     "SweepPlan",
@@ -306,6 +312,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: Jobs(client))
     sweeps = cached_property(lambda client: Sweeps(client))
+    searches = cached_property(lambda client: Searches(client))  # gluejobs/_searches.py
     files = cached_property(lambda client: Files(client))
     workers = cached_property(lambda client: Workers(client))
     keys = cached_property(lambda client: Keys(client))  # admin keys only (gluejobs/_admin.py)
@@ -590,6 +597,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: AsyncJobs(client))
     sweeps = cached_property(lambda client: AsyncSweeps(client))
+    searches = cached_property(lambda client: AsyncSearches(client))
     files = cached_property(lambda client: AsyncFiles(client))
     workers = cached_property(lambda client: AsyncWorkers(client))
     keys = cached_property(lambda client: AsyncKeys(client))

@@ -1,20 +1,24 @@
 """Hyperparameter searches (shared/searches, /v1/searches) on SQLite and Postgres.
 
 Trials are moved along with the repository calls a worker makes (claim, metric rows, finish) and the
-driver is stepped by hand, so that every report, prune and ending can be pinned; the same paths
-with real workers and a real API restart are in test_search_end_to_end.
+driver is stepped by hand, so that every report, prune and ending can be pinned. The last test
+runs the same paths with real worker processes, real API processes (one stopped mid-search) and
+real SST-2 rows.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from gluejobs import stack
 from service.main import create_app
 from shared import jobs_repo
 from shared.config import Settings
@@ -26,7 +30,7 @@ from shared.searches.config import FloatRange
 from shared.searches.driver import drive_once
 from shared.searches.optimizer import COMPLETE, Optimizer, TrialRecord
 from tests.dbutil import claimed, count_rows
-from tests.e2e import LOOPBACK_URL
+from tests.e2e import LOOPBACK_URL, api_process, start_worker, wait_for
 
 SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_eval_samples": 40}
 LR = {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}
@@ -317,3 +321,110 @@ def test_trials_are_the_owners_jobs_counted_against_its_queue(settings_factory, 
     found = search_of(client, search["id"])
     assert len(found["trials"]) == 1 and "waiting for room in the queue" in found["note"]
     db.dispose()
+
+
+# ---------------------------------------------------------------------------------------------------
+# End to end: real worker processes, real API processes (one stopped mid-search), real SST-2 rows
+# ---------------------------------------------------------------------------------------------------
+
+E2E_SPEC = {
+    "model_name_or_path": "tiny-bert",
+    "task_name": "sst2",
+    "max_train_samples": 384,
+    "max_eval_samples": 64,
+    "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 64,
+    "num_train_epochs": 4,
+    "logging_steps": 50,
+    "save_strategy": "no",
+    "seed": 3,
+}
+E2E_TRIALS = 8
+
+
+def test_a_search_prunes_trials_and_survives_an_api_restart(
+    settings_factory, db_url: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Eight trials over the learning rate, two at a time on two workers; the median pruner stops
+    trials whose first evaluation's loss is above the median of the finished ones'. The API process
+    that drives the search is stopped once some trials have ended, and another one finishes it."""
+    settings = settings_factory(
+        db_url, search_poll_s=0.2, heartbeat_s=0.3, poll_interval_s=0.3, cancel_grace_s=5
+    )
+    body = {
+        "spec": E2E_SPEC,
+        "space": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True}},
+        "objective": {"metric": "loss"},  # continuous: no ties at the median, unlike 64 rows' accuracy
+        "n_trials": E2E_TRIALS,
+        "parallelism": 2,
+        "sampler": {"type": "random"},
+        "pruner": {"type": "median", "n_startup_trials": 2},
+    }
+    workers = [start_worker(settings, log=tmp_path / f"worker-{i}.log") for i in range(2)]
+    try:
+        with api_process(settings, log=tmp_path / "api-1.log") as (client, _):
+            response = client.post("/v1/searches", json=body)
+            assert response.status_code == 201, response.text
+            search_id = response.json()["id"]
+            assert response.json()["objective"] == {"metric": "loss", "direction": "minimize"}
+            wait_for(lambda: _ended(client, search_id) >= 3, timeout_s=600)
+        ended_before = _ended_trials(settings, search_id)
+        assert len(ended_before) < E2E_TRIALS  # stopped mid-search
+        with api_process(settings, log=tmp_path / "api-2.log") as (client, _):
+            search = wait_for(lambda: _finished(client, search_id), timeout_s=900)
+            jobs = {t["job_id"]: client.get(f"/v1/jobs/{t['job_id']}").json() for t in search["trials"]}
+            events = {i: client.get(f"/v1/jobs/{i}/events").json()["data"] for i in jobs}
+    finally:
+        for worker in workers:
+            stack.stop(worker, grace_s=20)
+
+    assert search["status"] == "succeeded", search
+    trials = search["trials"]
+    assert len(trials) == E2E_TRIALS and search["trial_counts"]["running"] == 0
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    assert pruned, [(t["state"], t["intermediate"]) for t in trials]
+    for trial in pruned:
+        job = jobs[trial["job_id"]]
+        assert job["status"] == "cancelled" and job["error_code"] == "pruned"
+        where = trial["pruned"]
+        assert where["evaluation"] < 4 and len(trial["intermediate"]) < 4  # stopped early
+        assert (
+            f"at evaluation {where['evaluation']} (epoch {where['epoch']:g}, step {where['step']})"
+            in job["error"]
+        )
+        said = [e for e in events[job["id"]] if e["data"] and e["data"].get("pruned")]
+        assert said and said[0]["data"]["pruned"]["value"] == where["value"]
+        assert job["result"] is None or job["result"].get("completed_steps", 0) < 4 * 48
+    complete = [t for t in trials if t["state"] == "complete"]
+    best = min(complete, key=lambda t: (t["value"], t["number"]))
+    assert search["best"] == {
+        "number": best["number"],
+        "job_id": best["job_id"],
+        "params": best["params"],
+        "value": best["value"],
+    }
+    for trial in complete:  # the value is the trial's best evaluation, as its job's rows say
+        assert trial["value"] == min(trial["intermediate"].values()) and len(trial["intermediate"]) == 4
+        assert jobs[trial["job_id"]]["status"] == "succeeded"
+
+
+def _ended(client: httpx.Client, search_id: int) -> int:
+    counts = client.get(f"/v1/searches/{search_id}").json()["trial_counts"]
+    return int(counts["complete"] + counts["pruned"] + counts["failed"])
+
+
+def _ended_trials(settings: Settings, search_id: int) -> list[int]:
+    db = Database(settings.database_url)
+    try:
+        with db.engine.connect() as connection:
+            query = select(SearchTrial.number).where(
+                SearchTrial.search_id == search_id, SearchTrial.state != "running"
+            )
+            return list(connection.scalars(query))
+    finally:
+        db.dispose()
+
+
+def _finished(client: httpx.Client, search_id: int) -> dict[str, Any] | None:
+    search: dict[str, Any] = client.get(f"/v1/searches/{search_id}").json()
+    return search if search["status"] != "running" else None
