@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from shared.searches.config import FloatRange
 from shared.searches.driver import drive_once
 from shared.searches.optimizer import COMPLETE, Optimizer, TrialRecord
 from tests.dbutil import claimed, count_rows
-from tests.e2e import LOOPBACK_URL, api_process, start_worker, wait_for
+from tests.e2e import LOOPBACK_URL, REPO, api_process, live_api, start_worker, wait_for
 
 SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_eval_samples": 40}
 LR = {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}
@@ -428,3 +430,49 @@ def _ended_trials(settings: Settings, search_id: int) -> list[int]:
 def _finished(client: httpx.Client, search_id: int) -> dict[str, Any] | None:
     search: dict[str, Any] = client.get(f"/v1/searches/{search_id}").json()
     return search if search["status"] != "running" else None
+
+
+def test_the_command_line_creates_shows_lists_and_cancels_a_search(settings: Settings, db: Database) -> None:
+    """`gluejobs search create|show|ls|cancel` against a live API (its driver idle: no worker here)."""
+    with live_api(settings) as client:
+
+        def cli(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "gluejobs.cli", "search", *args, "--url", str(client.base_url)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=REPO,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        created = cli(
+            "create", "--model_name_or_path", "tiny-bert", "--task_name", "sst2",
+            "--max_eval_samples", "40", "--space", "learning_rate=float:1e-5:1e-3:log",
+            "--space", "per_device_train_batch_size=choice:16,32",
+            "--trials", "4", "--parallelism", "2", "--sampler", "random", "--pruner", "asha",
+        )  # fmt: skip
+        search_id = int(created.split()[1])
+        search = search_of(client, search_id)
+        assert search["space"] == {
+            "learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True},
+            "per_device_train_batch_size": {"type": "categorical", "choices": [16, 32]},
+        }
+        assert search["sampler"]["type"] == "random" and search["pruner"]["type"] == "asha"
+        evaluate(db, search["job_ids"][0], [0.75], finish=JobStatus.succeeded)
+        drive(db, settings)
+        shown = cli("show", str(search_id))
+        assert f"search {search_id}: running" in shown and "accuracy (maximize)" in shown
+        assert "best: trial 0" in shown and "0.7500" in shown and "complete" in shown
+        assert str(search_id) in cli("ls")
+        assert f"search {search_id}: running" in cli("cancel", str(search_id))  # its trials were queued
+        assert [
+            client.get(f"/v1/jobs/{i}").json()["status"] for i in search_of(client, search_id)["job_ids"]
+        ] == [
+            "succeeded",
+            "cancelled",
+            "cancelled",
+        ]
+        drive(db, settings)
+        assert f"search {search_id}: cancelled" in cli("show", str(search_id))

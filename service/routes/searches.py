@@ -113,7 +113,7 @@ def create_search(
     check_priority(body.priority, settings, is_admin=principal.is_admin)
     check_space(body.spec, body.space)
     objective = resolve_objective(body.spec, body.objective)
-    sampler_seed = secrets.randbelow(2**31)
+    sampler_seed = body.sampler.seed if body.sampler.seed is not None else secrets.randbelow(2**31)
     optimizer = Optimizer(
         space=body.space,
         direction=objective.direction,

@@ -80,6 +80,13 @@ class Sampler(_Strict):
     n_startup_trials: int = Field(
         default=4, ge=0, le=MAX_TRIALS, description="TPE: random trials before it models the space"
     )
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        lt=2**31,
+        description="The sampler's seed (drawn when absent): two searches with one seed and the random "
+        "sampler draw the same trials",
+    )
 
 
 class Pruner(_Strict):

@@ -195,7 +195,9 @@ def _ask(
         try:
             job = trial_job(search.spec, params)
         except (ValidationError, InvalidSpec) as exc:  # the checks at creation should prevent it
-            store.set_note(session, search_id=search.id, note=f"trial {number} {params} cannot run: {exc}")
+            note = f"trial {number} {params} cannot run, so no more trials are asked for: {exc}"
+            store.cut_budget(session, search_id=search.id, n_trials=len(records) + len(trials), note=note)
+            search.n_trials = len(records) + len(trials)
             break
         trials.append(store.NewTrial(number, params, job))
     if not trials:

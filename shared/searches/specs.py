@@ -64,8 +64,8 @@ def resolve_objective(spec: dict[str, Any], objective: Objective) -> ResolvedObj
 
 
 def corners(space: dict[str, Parameter]) -> list[dict[str, Any]]:
-    """Points that together touch every end of every range and every choice: what is checked before
-    a search is stored, so that no trial it can draw is refused later."""
+    """Points that together touch every end of every range (and a float range's middle) and every
+    choice: what is checked before a search is stored, so that no trial it can draw is refused later."""
     first = {name: _values(p)[0] for name, p in space.items()}
     points = [first]
     for name, parameter in space.items():
@@ -80,7 +80,12 @@ def _values(parameter: Parameter) -> list[Any]:
         top = parameter.low + (parameter.high - parameter.low) // parameter.step * parameter.step
         return [parameter.low, top]
     assert isinstance(parameter, FloatRange)
-    return [parameter.low, parameter.high]
+    # And a value between them: a float range over an integer field (a batch size) is refused here,
+    # not when the sampler first draws a fraction.
+    middle = (
+        (parameter.low * parameter.high) ** 0.5 if parameter.log else (parameter.low + parameter.high) / 2
+    )
+    return [parameter.low, parameter.high, middle]
 
 
 def resolve_trials(

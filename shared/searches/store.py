@@ -271,6 +271,14 @@ def set_note(session: Session, *, search_id: int, note: str) -> None:
             search.note = note
 
 
+def cut_budget(session: Session, *, search_id: int, n_trials: int, note: str) -> None:
+    """No more trials than `n_trials` (a drawn trial cannot run): the search ends with those it has."""
+    with write(session):
+        search = session.get(Search, search_id, with_for_update=True)
+        if search is not None:
+            search.n_trials, search.note = min(search.n_trials, n_trials), note
+
+
 def link_seed_sweep(session: Session, *, search_id: int, sweep_id: int) -> None:
     with write(session):
         search = session.get(Search, search_id, with_for_update=True)
