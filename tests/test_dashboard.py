@@ -549,6 +549,8 @@ def test_a_search_shows_its_best_trial_its_trials_and_the_pruned_ones_in_its_cha
     for job_id, accuracy in ((first, 0.80), (second, 0.70)):
         write_rows(service, claims[job_id], [*evaluation(5, accuracy), *evaluation(10, accuracy + 0.05)])
         finish(service, claims[job_id])
+    # Judged when it is reported: once the two others have completed (the pruner's startup trials).
+    wait_for(lambda: get(service.client, f"/v1/searches/{search['id']}")["trial_counts"]["complete"] == 2)
     write_rows(service, claims[third], evaluation(5, 0.40))
     wait_for(lambda: get(service.client, f"/v1/jobs/{third}")["status"] == "cancelling", timeout_s=60)
     with service.db.session() as session:  # its worker stops it
