@@ -108,7 +108,8 @@ def main() -> int:
     for name, result in (("full (pruner none)", full), (f"pruned ({args.pruner})", pruned)):
         print(
             f"{name:>20}: {result['steps']:6d} train steps, {result['device_s']:8.1f} device-s, "
-            f"{result['pruned']} pruned, best dev accuracy {result['best']:.4f} (best trial by the objective: {result['best_trial']})"
+            f"{result['pruned']} pruned, best dev accuracy {result['best']:.4f} "
+            f"(best trial by the objective: {result['best_trial']})"
         )
     print(
         f"saved: {1 - pruned['steps'] / full['steps']:.1%} of the train steps, "
