@@ -127,6 +127,30 @@ class Sweep(Result):
 
 
 @dataclass(frozen=True)
+class Search(Result):
+    """A hyperparameter search (`client.searches`): its trials are jobs; `trials` in `get` only."""
+
+    id: int = 0
+    status: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
+    objective: dict[str, Any] = field(default_factory=dict)
+    n_trials: int = 0
+    parallelism: int = 0
+    sampler: dict[str, Any] = field(default_factory=dict)
+    pruner: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    note: str | None = None
+    trial_counts: dict[str, int] = field(default_factory=dict)
+    job_ids: list[int] = field(default_factory=list)
+    best: dict[str, Any] | None = None  # {number, job_id, params, value}
+    trials: list[dict[str, Any]] | None = None
+    seeds: dict[str, Any] | None = None  # the best trial re-run over seeds: {sweep_id, values, median …}
+
+
+@dataclass(frozen=True)
 class SweepPlan(Result):
     """A sweep's dry run (`sweeps.dry_run`): each combination's resolved spec; nothing was stored."""
 

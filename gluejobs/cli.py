@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, keys_cli, models_cli, owners_cli, research_cli
+from gluejobs import files_cli, job_view, keys_cli, models_cli, owners_cli, research_cli, search_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
 from gluejobs.watch import watch_job
 
 # Commands that hand the rest of the command line to another parser.
-FORWARDING_COMMANDS = ("serve", "worker", "submit", "sweep")
+FORWARDING_COMMANDS = ("serve", "worker", "submit", "sweep", "search")
 STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
 
 
@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("job_id", type=int)
 
     research_cli.add_commands(commands, _client_command)
+    search_cli.add_command(commands, _client_command)
     files_cli.add_commands(commands, _client_command)
     models_cli.add_commands(commands, _client_command)
     keys_cli.add_commands(commands, _client_command)
@@ -322,6 +323,16 @@ def _sweep(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         with _client(args) as client:
             return research_cli.run_sweep(args, extra, client)
+    except ScriptArgsError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _search(args: argparse.Namespace, extra: list[str]) -> int:
+    from gluejobs.script_args import ScriptArgsError
+
+    try:
+        with _client(args) as client:
+            return search_cli.run_search(args, extra, client)
     except ScriptArgsError as exc:
         raise CliError(str(exc)) from exc
 
@@ -536,6 +547,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "resubmit": _resubmit,
     "watch": _watch,
     "sweep": _sweep,
+    "search": _search,
     "glue-zip": _glue_zip,
     "leaderboard": _leaderboard,
     "rerun": _rerun,

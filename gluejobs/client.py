@@ -64,6 +64,7 @@ from gluejobs._core import (
 from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
 from gluejobs._files import LocalFile
 from gluejobs._models import model_path, models_call, packed_folder, upload_call
+from gluejobs._searches import AsyncSearches, Searches, SearchOptions
 from gluejobs._types import (
     TERMINAL_STATUSES,
     ApiError,
@@ -79,6 +80,7 @@ from gluejobs._types import (
     OwnerInfo,
     Plan,
     Result,
+    Search,
     StreamEvent,
     Sweep,
     SweepPlan,
@@ -102,6 +104,7 @@ __all__ = [
     "AsyncKeys",
     "AsyncModels",
     "AsyncOwners",
+    "AsyncSearches",
     "AsyncSweeps",
     "AsyncWorkers",
     "Audit",
@@ -121,6 +124,9 @@ __all__ = [
     "Owners",
     "Plan",
     "RetryPolicy",
+    "Search",
+    "SearchOptions",
+    "Searches",
     "StreamEvent",
     "Sweep",
     "SweepPlan",
@@ -311,6 +317,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: Jobs(client))
     sweeps = cached_property(lambda client: Sweeps(client))
+    searches = cached_property(lambda client: Searches(client))  # gluejobs/_searches.py
     files = cached_property(lambda client: Files(client))
     models = cached_property(lambda client: Models(client))
     workers = cached_property(lambda client: Workers(client))
@@ -622,6 +629,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     # Made on first use; the resource classes come below.
     jobs = cached_property(lambda client: AsyncJobs(client))
     sweeps = cached_property(lambda client: AsyncSweeps(client))
+    searches = cached_property(lambda client: AsyncSearches(client))
     files = cached_property(lambda client: AsyncFiles(client))
     models = cached_property(lambda client: AsyncModels(client))
     workers = cached_property(lambda client: AsyncWorkers(client))

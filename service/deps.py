@@ -18,8 +18,9 @@ from shared.data_scope import DataScope, data_scope
 from shared.db import Database
 from shared.errors import NotFound
 from shared.file_copies import local_copy
-from shared.models import File, Job, StoredModel, Sweep
+from shared.models import File, Job, Search, StoredModel, Sweep
 from shared.registered_models import NAME_PATTERN, RegisteredModel, reference
+from shared.searches import store as search_store
 from shared.storage import Store
 from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
@@ -162,6 +163,18 @@ def get_sweep(
 
 
 SweepDep = Annotated[Sweep, Depends(get_sweep)]
+
+
+def get_search(
+    search_id: Annotated[RowId, Path(description="The search's id")],
+    session: SessionDep,
+    principal: PrincipalDep,
+) -> Search:
+    """The search, or a 404 (also for another key's search)."""
+    return search_store.get_search(session, search_id=search_id, owner=principal.owner_filter)
+
+
+SearchDep = Annotated[Search, Depends(get_search)]
 
 
 FileName = Annotated[str, Path(description="The file's id: file-7", pattern=r"^file-[0-9]{1,18}$")]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,11 +32,13 @@ from service.routes import (
     models,
     owners,
     prometheus,
+    searches,
     stream,
     submissions,
     sweeps,
     workers,
 )
+from service.search_driver import SearchDriverThread
 from shared import api_keys, release
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -82,6 +87,22 @@ def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None
         logger.warning("could not sweep the store's orphaned uploads (%s); the next start will", what)
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The search driver runs while the app serves (GLUEJOBS_SEARCH_DRIVER), and hands its searches
+    back when it stops."""
+    driver = (
+        SearchDriverThread(app.state.db, app.state.settings) if app.state.settings.search_driver else None
+    )
+    if driver is not None:
+        driver.start()
+    try:
+        yield
+    finally:
+        if driver is not None:
+            await asyncio.to_thread(driver.stop)
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -97,6 +118,7 @@ def create_app(
         redoc_url=None,
         # On every route, before its own validation: values no database stores faithfully.
         dependencies=[Depends(reject_unstorable_values)],
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
@@ -126,6 +148,7 @@ def create_app(
     v1.include_router(files.router)
     v1.include_router(models.router)
     v1.include_router(sweeps.router)
+    v1.include_router(searches.router)
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)

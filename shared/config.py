@@ -269,6 +269,20 @@ class Settings(BaseSettings):
         ge=0,
         description="Event streams one key may hold open across every API process; 0: no limit",
     )
+    search_driver: bool = Field(
+        default=True,
+        description="Drive hyperparameter searches from this API process (a background thread; several "
+        "processes share the searches through a lease in the database)",
+    )
+    search_poll_s: float = Field(
+        default=2.0, gt=0, description="How often the search driver reads its searches' new evaluations"
+    )
+    search_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a search driver holds a search without renewing it before another API "
+        "process takes it over",
+    )
     max_dry_runs: int = Field(
         default=2,
         ge=1,

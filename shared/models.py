@@ -54,6 +54,8 @@ class ErrorCode(StrEnum):
     database_unreachable = "database_unreachable"
     worker_lost = "worker_lost"  # its worker stopped heartbeating
     storage_unreachable = "storage_unreachable"  # the file store stayed away (GLUEJOBS_STORAGE_RETRY_S)
+    # Not a failure: a search's pruner stopped the trial early, by the cancel path (status cancelled).
+    pruned = "pruned"
 
     @property
     def retryable(self) -> bool:
@@ -472,3 +474,65 @@ class ReleaseRecord(Base):
     min_release: Mapped[str] = mapped_column(String(32))
     migrated_by: Mapped[str] = mapped_column(String(32))  # the release that wrote the row
     migrated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SearchStatus(StrEnum):
+    running = "running"  # trials are being asked for, run or pruned
+    succeeded = "succeeded"  # every trial ended and at least one completed
+    failed = "failed"  # every trial ended and none completed
+    cancelled = "cancelled"
+
+
+class Search(Base):
+    """A hyperparameter search (shared/searches): a base spec, a space, an objective, a budget, a
+    sampler and a pruner. Its trials are ordinary jobs (search_trials names them). The sampler's
+    and pruner's state is rebuilt from these rows on every step of its driver, so that any API
+    process can drive it after another stopped (`driver_id` holds it until `driver_lease_until`)."""
+
+    __tablename__ = "searches"
+    __table_args__ = (Index("ix_searches_owner_id", "owner", "id"), Index("ix_searches_status", "status"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    owner: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default=SearchStatus.running)
+    spec: Mapped[dict[str, Any]] = mapped_column(Json)  # the base spec, without the searched fields
+    space: Mapped[dict[str, Any]] = mapped_column(Json)
+    objective: Mapped[dict[str, Any]] = mapped_column(Json)  # {metric, direction}
+    n_trials: Mapped[int] = mapped_column(Integer)
+    parallelism: Mapped[int] = mapped_column(Integer)
+    sampler: Mapped[dict[str, Any]] = mapped_column(Json)
+    pruner: Mapped[dict[str, Any]] = mapped_column(Json)
+    seed: Mapped[int] = mapped_column(BigInteger)  # the sampler's; each trial's draw is seeded from it
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    driver_id: Mapped[str | None] = mapped_column(String(255))
+    driver_lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    best_trial: Mapped[int | None] = mapped_column(Integer)  # its number
+    note: Mapped[str | None] = mapped_column(Text)  # why it waits (a quota), or why it ended
+    rerun_seeds: Mapped[list[int] | None] = mapped_column(Json)  # re-run the best over these seeds
+    seeds_sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
+
+
+class SearchTrial(Base):
+    """One trial of a search: its parameters, its job, what the pruner was told and how it ended."""
+
+    __tablename__ = "search_trials"
+    __table_args__ = (UniqueConstraint("search_id", "number"), Index("ix_search_trials_job_id", "job_id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    search_id: Mapped[int] = mapped_column(ForeignKey("searches.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)  # 0, 1, … as Optuna numbers trials
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    params: Mapped[dict[str, Any]] = mapped_column(Json)
+    state: Mapped[str] = mapped_column(String(16), default="running")  # running, complete, pruned, failed
+    value: Mapped[float | None] = mapped_column(Float)
+    # {evaluation number: objective value}, as reported to the pruner (JSON keys are strings)
+    intermediate: Mapped[dict[str, float]] = mapped_column(Json, default=dict)
+    system_attrs: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # the pruner's (ASHA rungs)
+    pruned: Mapped[dict[str, Any] | None] = mapped_column(Json)  # {evaluation, epoch, step, value}
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

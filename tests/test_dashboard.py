@@ -33,7 +33,7 @@ from shared.jobs_repo import Claim, MetricRow
 from shared.migrate import upgrade
 from shared.models import JobStatus
 from tests.dbutil import claimed
-from tests.e2e import get, live_api, start_worker, submit
+from tests.e2e import get, live_api, start_worker, submit, wait_for
 from tests.kit import settings_under
 from tests.observe_helpers import TINY_SPEC, observe_settings
 
@@ -518,6 +518,67 @@ def test_a_sweep_shows_medians_and_spreads_at_the_best_and_the_final_evaluation_
     assert get(service.client, f"/v1/jobs/{sweep['job_ids'][5]}")["status"] == "cancelled"
     assert page.is_disabled("#cancel-sweep")
     assert page.locator("#sweep-best tr.config-row").count() == 2  # its statistics stay on the page
+    assert errors == []
+
+
+def test_a_search_shows_its_best_trial_its_trials_and_the_pruned_ones_in_its_chart(
+    service: Service, tab: Tab
+) -> None:
+    """Three trials at once; two finish with known accuracies, the third's first evaluation is below
+    their median and the API's search driver prunes it; the page shows the best trial, the trials
+    table with where the pruned one stopped, and the objective over trials with the pruned one apart."""
+    page, errors = tab
+    created = service.client.post(
+        "/v1/searches",
+        json={
+            "spec": {k: v for k, v in TINY_SPEC.items() if k != "learning_rate"},
+            "space": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}},
+            "n_trials": 3,
+            "parallelism": 3,
+            "sampler": {"type": "random"},
+            "pruner": {"type": "median", "n_startup_trials": 2},
+        },
+    )
+    assert created.status_code == 201, created.text
+    search = created.json()
+    first, second, third = search["job_ids"]
+    claims = {}
+    for job_id in search["job_ids"]:
+        with service.db.session() as session:
+            claims[job_id] = claimed(session, job_id)
+    for job_id, accuracy in ((first, 0.80), (second, 0.70)):
+        write_rows(service, claims[job_id], [*evaluation(5, accuracy), *evaluation(10, accuracy + 0.05)])
+        finish(service, claims[job_id])
+    # Judged when it is reported: once the two others have completed (the pruner's startup trials).
+    wait_for(lambda: get(service.client, f"/v1/searches/{search['id']}")["trial_counts"]["complete"] == 2)
+    write_rows(service, claims[third], evaluation(5, 0.40))
+    wait_for(lambda: get(service.client, f"/v1/jobs/{third}")["status"] == "cancelling", timeout_s=60)
+    with service.db.session() as session:  # its worker stops it
+        assert jobs_repo.finish_job(session, claim=claims[third], status=JobStatus.cancelled)
+    wait_for(
+        lambda: get(service.client, f"/v1/searches/{search['id']}")["status"] == "succeeded", timeout_s=60
+    )
+
+    page.goto(f"{service.base}/")
+    page.click("#nav-searches")
+    page.wait_for_selector(f'tr[data-search="{search["id"]}"] [data-status="succeeded"]')
+    page.click(f'a[href="#/searches/{search["id"]}"]')
+    page.wait_for_selector("#trials tr.trial-row")
+    assert page.locator("#trials tr.trial-row").count() == 3
+    states = page.locator("#trials tr.trial-row").evaluate_all("rows => rows.map(r => r.dataset.state)")
+    assert states == ["complete", "complete", "pruned"]
+    pruned_row = page.locator('#trials tr.trial-row[data-state="pruned"]').inner_text()
+    assert "evaluation 1 (epoch 0.5, step 5): 0.4000" in pruned_row
+    best_row = page.locator("#trials tr.trial-row[data-best]").inner_text()
+    assert "best" in best_row and "0.8500" in best_row
+    assert (page.text_content("#search-best") or "").startswith(
+        f"Best: trial 0 (job {first}), learning_rate="
+    )
+    # complete trials (2), the best so far (2) and the pruned trial at the value it was stopped with (1)
+    wait_points(page, "objective over trials", 5)
+    wait_points(page, "objective at each evaluation", 5)
+    page.click(f'#trials a.job-link[data-job="{third}"]')
+    page.wait_for_url(f"**#/jobs/{third}")
     assert errors == []
 
 

@@ -56,6 +56,8 @@ SEMANTIC_CHECKS = [
     for method, path in (
         ("POST", "/v1/jobs"),
         ("POST", "/v1/sweeps"),
+        ("POST", "/v1/searches"),
+        ("POST", "/v1/searches/{search_id}/seeds"),
         ("GET", "/v1/submissions"),
         ("POST", "/v1/files"),
     )

@@ -1,7 +1,8 @@
 /* gluejobs dashboard: plain JavaScript over the /v1 API, no build step, nothing fetched from the
  * network but this server. Views: #/ (jobs), #/jobs/<id> (one job, live), #/compare?ids=1,2 (the
  * hyperparameters that differ, metrics, curves overlaid), #/sweeps and #/sweeps/<id> (median and
- * spread over seeds per configuration, at the best and at the final evaluation).
+ * spread over seeds per configuration, at the best and at the final evaluation), #/searches and
+ * #/searches/<id> (searches.js).
  * Charts are uPlot (vendored in static/vendor); terminal.js renders logs, resubmit.js the
  * "Submit again" form. */
 "use strict";
@@ -801,12 +802,15 @@ async function route() {
   const params = new URLSearchParams(query || "");
   const match = path.match(/^\/jobs\/(\d+)$/);
   const sweepMatch = path.match(/^\/sweeps\/(\d+)$/);
+  const searchMatch = path.match(/^\/searches\/(\d+)$/);
   try {
     let cleanup;
     if (match) cleanup = await jobView(view, parseInt(match[1], 10));
     else if (path === "/compare") cleanup = await compareView(view, params);
     else if (sweepMatch) cleanup = await sweepView(view, parseInt(sweepMatch[1], 10));
     else if (path === "/sweeps") cleanup = await sweepsView(view);
+    else if (searchMatch) cleanup = await searchView(view, parseInt(searchMatch[1], 10));
+    else if (path === "/searches") cleanup = await searchesView(view);
     else cleanup = await jobsView(view, params);
     // The user may have moved on while this view was loading: stop it at once then.
     if (token === routeToken) viewCleanup = cleanup; else cleanup();

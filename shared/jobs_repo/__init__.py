@@ -31,6 +31,7 @@ from shared.jobs_repo.jobs import (
     find_job,
     get_job,
     list_jobs,
+    prune_job,
     request_cancel,
 )
 from shared.jobs_repo.models import NewModel, add_model, delete_model, get_model, has_model, list_models
@@ -134,6 +135,7 @@ __all__ = [
     "list_sweep_jobs",
     "list_sweeps",
     "list_workers",
+    "prune_job",
     "prune_workers",
     "public_id",
     "queued_wider_than",

@@ -16,7 +16,7 @@ from shared.jobs_repo.events import _transition
 from shared.jobs_repo.files import link_files
 from shared.jobs_repo.models import link_model
 from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import IdempotencyKey, Job, JobStatus, utcnow
+from shared.models import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
 from shared.quotas import QuotaDefaults, check_queued
 
 # How long POST /v1/jobs remembers an Idempotency-Key (at least the 24 hours the API promises).
@@ -187,13 +187,41 @@ def request_cancel(
     return job
 
 
-def _cancel(session: Session, job: Job, now: datetime, actor: dict[str, Any] | None = None) -> None:
-    data = _by(actor)
+def _cancel(
+    session: Session,
+    job: Job,
+    now: datetime,
+    actor: dict[str, Any] | None = None,
+    *,
+    why: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """The cancel path, inside the caller's write transaction (`job` locked). `why` and `data` say
+    more in its event (a search's pruner: at which evaluation, with which value)."""
+    data = {**(_by(actor) or {}), **(data or {})} or None
     if job.status == JobStatus.queued:
-        _transition(session, job, JobStatus.cancelled, "job cancelled before it started", now=now, data=data)
+        message = "job cancelled before it started"
+        _transition(
+            session, job, JobStatus.cancelled, f"{message}: {why}" if why else message, now=now, data=data
+        )
     elif job.status == JobStatus.running:
-        _transition(session, job, JobStatus.cancelling, "cancellation requested", now=now, data=data)
+        message = "cancellation requested"
+        _transition(
+            session, job, JobStatus.cancelling, f"{message}: {why}" if why else message, now=now, data=data
+        )
     job.cancel_requested_at = job.cancel_requested_at or now
+
+
+def prune_job(session: Session, *, job_id: int, why: str, data: dict[str, Any]) -> bool:
+    """Stop a search's trial early by the cancel path (its worker stops it as it stops a cancelled
+    job), inside the caller's write transaction. The job keeps error_code `pruned` and `why` as its
+    error, so its status (cancelled) says why; False when it had already finished or been cancelled."""
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is None or job.status.is_terminal or job.cancel_requested_at is not None:
+        return False
+    _cancel(session, job, utcnow(), why=why, data={"pruned": data})
+    job.error, job.error_code = why, ErrorCode.pruned
+    return True
 
 
 def _by(actor: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import read
 from shared.errors import NotFound
-from shared.models import File, Job, StoredModel, Sweep
+from shared.models import File, Job, Search, StoredModel, Sweep
 
-Owned = TypeVar("Owned", Job, Sweep, File, StoredModel)
+Owned = TypeVar("Owned", Job, Sweep, File, StoredModel, Search)
 
 
 def _owned(

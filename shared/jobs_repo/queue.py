@@ -225,8 +225,11 @@ def finish_job(
         job = _current(session, claim)
         if job is None:
             return False
+        pruned = status == JobStatus.cancelled and job.error_code == ErrorCode.pruned
+        if pruned:  # a search's pruner stopped it: it keeps saying so (jobs_repo.prune_job)
+            error, error_code = job.error, ErrorCode.pruned
         job.lease_expires_at, job.error = None, error
-        job.error_code = error_code if status == JobStatus.failed else None
+        job.error_code = error_code if status == JobStatus.failed or pruned else None
         if result is not None:
             job.result = result
         code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
@@ -236,7 +239,7 @@ def finish_job(
             status,
             f"job {status}{code}" + (f": {error}" if error else ""),
             level="error" if status == JobStatus.failed else "info",
-            data={"error_code": code.strip(" []") or None},
+            data={"error_code": code.strip(" []") or (ErrorCode.pruned.value if pruned else None)},
         )
     return True
 
