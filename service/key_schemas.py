@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.models import ApiKey, AuditEntry, KeyRole, utcnow
-from shared.owners import valid_owner_name
+from shared.owners import OWNER_NAME_SCHEMA, valid_owner_name
 
 # A key lives at most this long (and timedelta cannot overflow on the way).
 MAX_EXPIRY_DAYS = 3650
@@ -20,7 +20,9 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     owner: str = Field(
-        description="The owner the key acts as (a person or team): letters, digits, `.`, `_`, `-`"
+        description="The owner the key acts as (a person or team): letters, digits, `.`, `_`, `-`; "
+        "not starting with `key-`",
+        json_schema_extra={k: v for k, v in OWNER_NAME_SCHEMA.items() if k != "type"},
     )
     role: KeyRole = Field(KeyRole.user, description="user, admin or read-only")
     name: str | None = Field(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from shared.owners import valid_owner_name
+from shared.owners import OWNER_NAME_SCHEMA, valid_owner_name
 
 # Every route that takes an owner's name takes it through these (shared/owners.valid_owner_name).
-OwnerName = Annotated[str, AfterValidator(valid_owner_name)]
+OwnerName = Annotated[str, AfterValidator(valid_owner_name), WithJsonSchema(OWNER_NAME_SCHEMA)]
 
 
 class OwnerQuota(BaseModel):

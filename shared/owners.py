@@ -34,6 +34,13 @@ OWNED_TABLES: tuple[Table, ...] = tuple(
 # the API, or an owner made by PATCH /v1/owners, may not take such a name: its rows would be handed to
 # a configured key's owner at the next start.
 RESERVED_PREFIX = "key-"
+# The rule as a JSON schema says it (OpenAPI), for clients and fuzzers; the reserved names aside.
+OWNER_NAME_SCHEMA: dict[str, str | int] = {
+    "type": "string",
+    "pattern": f"^{OWNER_NAME.pattern}$",
+    "minLength": 1,
+    "maxLength": 64,
+}
 OWNER_NAME_RULE = (
     "an owner's name is 1 to 64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
 )
