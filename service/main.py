@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,8 +32,10 @@ from service.routes import (
     stream,
     submissions,
     sweeps,
+    webhooks,
     workers,
 )
+from service.webhook_dispatcher import dispatching
 from shared import api_keys
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -69,6 +73,14 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
     return ring
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the API serves: the webhook dispatcher sends due deliveries in the background."""
+    async with dispatching(app.state.settings, app.state.db) as dispatcher:
+        app.state.webhooks = dispatcher
+        yield
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -84,6 +96,7 @@ def create_app(
         redoc_url=None,
         # On every route, before its own validation: values no database stores faithfully.
         dependencies=[Depends(reject_unstorable_values)],
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.db = db or Database(settings.database_url)
@@ -92,6 +105,7 @@ def create_app(
     app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
+    app.state.webhooks = None  # the dispatcher, while the lifespan runs it
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,
@@ -114,6 +128,7 @@ def create_app(
     v1.include_router(workers.router)
     v1.include_router(keys.router)
     v1.include_router(owners.router)
+    v1.include_router(webhooks.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.state.prometheus = {  # by whether the caller is an admin

@@ -1,4 +1,5 @@
-"""What belongs to an owner, read the same way for jobs, sweeps and files: one ownership check, one page."""
+"""What belongs to an owner, read the same way for jobs, sweeps, files and webhook endpoints: one
+ownership check, one page."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import read
 from shared.errors import NotFound
-from shared.models import File, Job, Sweep
+from shared.models import File, Job, Sweep, WebhookEndpoint
 
-Owned = TypeVar("Owned", Job, Sweep, File)
+Owned = TypeVar("Owned", Job, Sweep, File, WebhookEndpoint)
 
 
 def _owned(
