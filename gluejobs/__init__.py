@@ -20,6 +20,8 @@ from gluejobs.client import (
     Sweep,
     SweepPlan,
     TaskLeaderboard,
+    Webhook,
+    WebhookDelivery,
     WorkerInfo,
 )
 
@@ -40,5 +42,7 @@ __all__ = [
     "Sweep",
     "SweepPlan",
     "TaskLeaderboard",
+    "Webhook",
+    "WebhookDelivery",
     "WorkerInfo",
 ]

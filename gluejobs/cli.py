@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, keys_cli, owners_cli, research_cli
+from gluejobs import files_cli, job_view, keys_cli, owners_cli, research_cli, webhooks_cli
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -158,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     files_cli.add_commands(commands, _client_command)
     keys_cli.add_commands(commands, _client_command)
     owners_cli.add_commands(commands, _client_command)
+    webhooks_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -312,6 +313,11 @@ def _audit(args: argparse.Namespace, _extra: list[str]) -> int:
 def _owners(args: argparse.Namespace, _extra: list[str]) -> int:
     with _client(args) as client:
         return owners_cli.run_owners(args, client)
+
+
+def _webhooks(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return webhooks_cli.run_webhooks(args, client)
 
 
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
@@ -506,6 +512,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "keys": _keys,
     "audit": _audit,
     "owners": _owners,
+    "webhooks": _webhooks,
 }
 
 

@@ -50,12 +50,15 @@ SEMANTIC_CHECKS = [
             }
         },
     }
-    # An upload is checked as training data (columns, labels), which no schema can say either.
+    # An upload is checked as training data (columns, labels), which no schema can say either; a
+    # webhook's URL must resolve to addresses the service may send to.
     for method, path in (
         ("POST", "/v1/jobs"),
         ("POST", "/v1/sweeps"),
         ("GET", "/v1/submissions"),
         ("POST", "/v1/files"),
+        ("POST", "/v1/webhooks"),
+        ("PATCH", "/v1/webhooks/{webhook_id}"),
     )
 ]
 

@@ -6,6 +6,7 @@ of a real job run by a real worker."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -17,7 +18,8 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from gluejobs import stack
+from gluejobs import ApiError, AsyncClient, Client, stack
+from gluejobs.cli import main as cli
 from shared.config import Settings
 from shared.db import Database
 from shared.webhooks import endpoints
@@ -366,3 +368,53 @@ def test_a_real_job_sends_signed_job_checkpoint_and_sweep_events(settings: Setti
     assert succeeded["best_metrics"]["metric"] == "accuracy"
     assert bodies["checkpoint.declared"]["data"]["job_id"] == job["id"]
     assert bodies["sweep.finished"]["data"]["status"] == "succeeded"
+
+
+# --- client and CLI ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_client_and_cli_manage_webhooks(keyed: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = keyed.model_copy(update={"webhook_allowed_hosts": ["127.0.0.1"], **FAST})
+    key = ALICE.split("=", 1)[1]
+    with receiver() as hook, live_api(settings) as api:
+        url = str(api.base_url)
+        with Client(url, api_key=key) as client:
+            made = client.webhooks.create(f"{hook.url}/c", event_types=["job.failed"], description="ci")
+            assert made.secret is not None and made.event_types == ["job.failed"]
+            assert [h.id for h in client.webhooks.list()] == [made.id]
+            assert client.webhooks.get(made.id).secret is None
+            assert client.webhooks.update(made.id, disabled=True).disabled is True
+            with pytest.raises(ApiError) as refused:
+                client.webhooks.create("http://10.0.0.1/", event_types=["job.failed"])
+            assert refused.value.status_code == 422 and refused.value.field == "url"
+
+        async def rotate_and_test() -> tuple[str | None, int]:
+            async with AsyncClient(url, api_key=key) as client:
+                await client.webhooks.update(made.id, disabled=False)
+                rotated = await client.webhooks.rotate(made.id)
+                delivery = await client.webhooks.test(made.id)
+                return rotated.secret, delivery.id
+
+        secret, delivery_id = asyncio.run(rotate_and_test())
+        rows = finished(api, made.id, key=ALICE)
+        assert rows[0]["id"] == delivery_id and secret is not None
+        assert verified(secret, hook.requests[0])["type"] == "webhook.test"
+
+        capsys.readouterr()
+        flags = ["--url", url, "--api-key", key]
+        assert cli(["webhooks", "create", f"{hook.url}/d", "--event", "sweep.finished", *flags]) == 0
+        out, err = capsys.readouterr()
+        assert "whsec_" in out and "shown once" in err
+        assert cli(["webhooks", "ls", *flags]) == 0
+        listed = capsys.readouterr().out
+        assert f"{hook.url}/d" in listed and "whsec_" not in listed
+        assert cli(["webhooks", "deliveries", str(made.id), *flags]) == 0
+        assert (
+            "webhook.test" in (shown := capsys.readouterr().out) and "delivered" in shown and "204" in shown
+        )
+        assert cli(["webhooks", "show", str(made.id), "--json", *flags]) == 0
+        assert "secret" not in json.loads(capsys.readouterr().out)
+        assert cli(["webhooks", "rm", str(made.id), *flags]) == 0
+        assert "removed" in capsys.readouterr().out
+        assert cli(["webhooks", "show", str(made.id), *flags]) != 0
