@@ -11,6 +11,8 @@ import ipaddress
 import json
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,9 @@ from standardwebhooks.webhooks import Webhook
 from gluejobs import ApiError, AsyncClient, Client, stack
 from gluejobs.cli import main as cli
 from shared.config import Settings
-from shared.db import Database
-from shared.webhooks import endpoints
+from shared.db import Database, write
+from shared.models import utcnow
+from shared.webhooks import endpoints, search_finished
 from shared.webhooks.addresses import AllowList, RefusedTarget, Target, address_rule, check_addresses
 from shared.webhooks.deliveries import claim_due
 from tests.e2e import live_api, run_worker_until_idle, wait_for
@@ -266,6 +269,39 @@ def test_a_delivery_refuses_a_name_that_now_resolves_to_loopback(settings: Setti
     assert hook.requests == []
 
 
+def test_concurrent_dispatchers_claim_disjoint_deliveries(db: Database) -> None:
+    """Several API processes' dispatchers claiming at once never take the same delivery (Postgres:
+    FOR UPDATE SKIP LOCKED; SQLite: one writer), and between them take every due one."""
+    with db.session() as session:
+        endpoint = endpoints.create_endpoint(
+            session, owner="a", url="http://x.org/", event_types=["job.failed"]
+        )
+        for _ in range(24):
+            endpoints.send_test(session, endpoint_id=endpoint.id)
+
+    def claim() -> list[int]:
+        with db.session() as session:
+            return [d.delivery_id for d in claim_due(session, limit=8, lease_s=30)]
+
+    with ThreadPoolExecutor(4) as pool:
+        claims = list(pool.map(lambda _: claim(), range(4)))
+    taken = [delivery for claimed in claims for delivery in claimed]
+    assert len(taken) == len(set(taken)) == 24
+
+
+def test_search_finished_is_announced_once(db: Database) -> None:
+    with db.session() as session:
+        endpoint = endpoints.create_endpoint(
+            session, owner="a", url="http://x.org/", event_types=["search.finished"]
+        )
+        with write(session):
+            assert search_finished(session, owner="a", search_id=4, data={"status": "succeeded"}) == 1
+            assert search_finished(session, owner="a", search_id=4, data={"status": "succeeded"}) == 0
+            assert search_finished(session, owner="b", search_id=5, data={"status": "succeeded"}) == 0
+        [delivery] = endpoints.list_deliveries(session, endpoint_id=endpoint.id)[0]
+    assert delivery.payload["data"] == {"search_id": 4, "status": "succeeded"}
+
+
 def test_a_claimed_delivery_is_not_claimed_again_until_its_lease_expires(db: Database) -> None:
     with db.session() as session:
         endpoint = endpoints.create_endpoint(
@@ -276,10 +312,6 @@ def test_a_claimed_delivery_is_not_claimed_again_until_its_lease_expires(db: Dat
         first = claim_due(session, limit=10, lease_s=30)
         assert len(first) == 2 and claim_due(session, limit=10, lease_s=30) == []
         later = first[0].lease_token  # a process that stopped: its lease expires, another takes them
-        from datetime import timedelta
-
-        from shared.models import utcnow
-
         again = claim_due(session, limit=10, lease_s=30, now=utcnow() + timedelta(seconds=31))
         assert sorted(d.delivery_id for d in again) == sorted(d.delivery_id for d in first)
         assert {d.lease_token for d in again} != {later}

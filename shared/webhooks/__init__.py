@@ -3,7 +3,8 @@ causes them, and what the API's dispatcher needs to send them (Standard Webhooks
 outbound address rules).
 
 Another part of gluejobs that wants to announce an event calls `enqueue_event` inside its own write
-transaction (see events.py); a search marks its end with `enqueue_event(..., SEARCH_FINISHED, ...)`.
+transaction (see events.py); a search marks its end with
+`search_finished(session, owner=…, search_id=…, data={…})`.
 """
 
 from shared.webhooks.events import (
@@ -18,6 +19,7 @@ from shared.webhooks.events import (
     checkpoint_declared,
     enqueue_event,
     job_finished,
+    search_finished,
 )
 
 __all__ = [
@@ -32,4 +34,5 @@ __all__ = [
     "checkpoint_declared",
     "enqueue_event",
     "job_finished",
+    "search_finished",
 ]

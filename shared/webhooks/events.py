@@ -153,6 +153,16 @@ def _sweep_finished_if_done(session: Session, sweep_id: int) -> None:
     enqueue_event(session, owner=sweep.owner, event_type=SWEEP_FINISHED, data=data, key=f"sweep:{sweep.id}")
 
 
+def search_finished(session: Session, *, owner: str | None, search_id: int, data: dict[str, Any]) -> int:
+    """A hyperparameter search has ended: the one place a search marks its end calls this inside the
+    write transaction that marks it (`data`: the search's id, status, best trial …). Announced once
+    per search, however often it is called."""
+    payload = {"search_id": search_id, **data}
+    return enqueue_event(
+        session, owner=owner, event_type=SEARCH_FINISHED, data=payload, key=f"search:{search_id}"
+    )
+
+
 def checkpoint_declared(
     session: Session, *, job_id: int, step: int, epoch: float, metrics: dict[str, Any], is_best: bool
 ) -> None:
