@@ -269,6 +269,20 @@ def test_a_delivery_refuses_a_name_that_now_resolves_to_loopback(settings: Setti
     assert hook.requests == []
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_an_allowed_name_is_sent_to_its_checked_address_with_its_own_host_header(settings: Settings) -> None:
+    settings = settings.model_copy(update={"webhook_allowed_hosts": ["localhost"], **FAST})
+    with receiver() as hook, live_api(settings) as api:
+        endpoint = create(api, f"http://localhost:{hook.port}/named").json()
+        assert api.post(f"/v1/webhooks/{endpoint['id']}/test").status_code == 202
+        [delivery] = finished(api, endpoint["id"])
+
+    assert delivery["status"] == "delivered"
+    [request] = hook.requests
+    assert request.headers["host"] == f"localhost:{hook.port}" and request.path == "/named"
+    assert verified(endpoint["secret"], request)["type"] == "webhook.test"
+
+
 def test_concurrent_dispatchers_claim_disjoint_deliveries(db: Database) -> None:
     """Several API processes' dispatchers claiming at once never take the same delivery (Postgres:
     FOR UPDATE SKIP LOCKED; SQLite: one writer), and between them take every due one."""

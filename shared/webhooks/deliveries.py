@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import write
+from shared.db import read, write
 from shared.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, utcnow
 
 
@@ -54,15 +54,22 @@ def claim_due(session: Session, *, limit: int, lease_s: float, now: datetime | N
     read and the update one step."""
     now = now or utcnow()
     token = uuid.uuid4().hex
+    due = (
+        WebhookDelivery.status == DeliveryStatus.pending,
+        WebhookDelivery.next_attempt_at <= now,
+        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at < now),
+        WebhookEndpoint.disabled.is_(False),
+    )
+    joined = (WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+    # A plain read first: with nothing due (the usual case) no write lock is taken, which on SQLite
+    # would make every poll wait behind (and hold up) the workers' writes.
+    with read(session):
+        if session.scalars(select(WebhookDelivery.id).join(*joined).where(*due).limit(1)).first() is None:
+            return []
     query = (
         select(WebhookDelivery, WebhookEndpoint)
-        .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-        .where(
-            WebhookDelivery.status == DeliveryStatus.pending,
-            WebhookDelivery.next_attempt_at <= now,
-            or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at < now),
-            WebhookEndpoint.disabled.is_(False),
-        )
+        .join(*joined)
+        .where(*due)
         .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
         .limit(limit)
         .with_for_update(skip_locked=True, of=WebhookDelivery)
