@@ -125,10 +125,11 @@ class Dispatcher:
     async def _send(
         self, client: httpx.AsyncClient, due: Due, started_at: datetime
     ) -> tuple[int | None, str | None]:
-        """(status code, None) when the endpoint answered 2xx, else (status code or None, why not)."""
+        """(status code, None) when the endpoint answered 2xx, else (status code or None, why not).
+        The checked addresses are tried in the resolver's order while connections are refused."""
         try:
             target = Target.parse(due.url)
-            address = (await self._checked_addresses(target))[0]
+            addresses = await self._checked_addresses(target)
         except RefusedTarget as exc:
             return None, f"refused: {exc}"
         body = json.dumps(due.payload, separators=(",", ":"))
@@ -138,24 +139,30 @@ class Dispatcher:
             "user-agent": USER_AGENT,
             "host": _host_header(target),
         }
-        host = f"[{address}]" if address.version == 6 else str(address)
-        url = f"{target.scheme}://{host}:{target.port}{target.path}"
         # TLS checks the certificate against the URL's name, not the address connected to.
         extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-        try:
-            async with client.stream(
-                "POST", url, content=body, headers=headers, extensions=extensions
-            ) as answer:
-                await _read_some(answer.aiter_raw())
-        except httpx.TimeoutException:
-            return None, f"timed out after {self.timeout_s:g}s"
-        except httpx.HTTPError as exc:
-            return None, f"{type(exc).__name__}: {exc}"[:500]
-        if answer.is_redirect:
-            return answer.status_code, "redirects are not followed"
-        if not answer.is_success:
-            return answer.status_code, f"HTTP {answer.status_code}"
-        return answer.status_code, None
+        failure = "no address to connect to"
+        for address in addresses:
+            host = f"[{address}]" if address.version == 6 else str(address)
+            url = f"{target.scheme}://{host}:{target.port}{target.path}"
+            try:
+                async with client.stream(
+                    "POST", url, content=body, headers=headers, extensions=extensions
+                ) as answer:
+                    await _read_some(answer.aiter_raw())
+            except httpx.ConnectError as exc:
+                failure = f"{type(exc).__name__}: {exc}"[:500]
+                continue  # the next address, if any
+            except httpx.TimeoutException:
+                return None, f"timed out after {self.timeout_s:g}s"
+            except httpx.HTTPError as exc:
+                return None, f"{type(exc).__name__}: {exc}"[:500]
+            if answer.is_redirect:
+                return answer.status_code, "redirects are not followed"
+            if not answer.is_success:
+                return answer.status_code, f"HTTP {answer.status_code}"
+            return answer.status_code, None
+        return None, failure
 
     async def _checked_addresses(self, target: Target) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
         literal = target.literal_address()
