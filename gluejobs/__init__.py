@@ -22,6 +22,8 @@ from gluejobs.client import (
     Sweep,
     SweepPlan,
     TaskLeaderboard,
+    Webhook,
+    WebhookDelivery,
     WorkerInfo,
 )
 
@@ -44,5 +46,7 @@ __all__ = [
     "Sweep",
     "SweepPlan",
     "TaskLeaderboard",
+    "Webhook",
+    "WebhookDelivery",
     "WorkerInfo",
 ]

@@ -315,6 +315,40 @@ class ApiKeyInfo(Result):
 
 
 @dataclass(frozen=True)
+class Webhook(Result):
+    """A webhook endpoint (`client.webhooks`): `secret` is set only in the answers of create and
+    rotate, and is shown nowhere else."""
+
+    id: int = 0
+    owner: str | None = None
+    url: str = ""
+    event_types: list[str] = field(default_factory=list)
+    description: str | None = None
+    disabled: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class WebhookDelivery(Result):
+    """One event sent (or being sent) to an endpoint, and every attempt: `attempt_log` holds
+    `{attempt, at, status_code, error, duration_ms}`, oldest first."""
+
+    id: int = 0
+    endpoint_id: int = 0
+    message_id: str = ""
+    event_type: str = ""
+    status: str = ""  # pending, delivered or failed
+    attempts: int = 0
+    attempt_log: list[dict[str, Any]] = field(default_factory=list)
+    next_attempt_at: datetime | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AuditEntry(Result):
     """One entry of the audit log (`client.audit.list()`): who changed a key or a quota, and when."""
 

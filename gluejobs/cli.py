@@ -19,7 +19,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gluejobs import files_cli, job_view, keys_cli, models_cli, owners_cli, research_cli, search_cli
+from gluejobs import (
+    files_cli,
+    job_view,
+    keys_cli,
+    models_cli,
+    owners_cli,
+    research_cli,
+    search_cli,
+    webhooks_cli,
+)
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
 from gluejobs.output import closed_pipe, error_line, print_json, table
@@ -160,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     models_cli.add_commands(commands, _client_command)
     keys_cli.add_commands(commands, _client_command)
     owners_cli.add_commands(commands, _client_command)
+    webhooks_cli.add_commands(commands, _client_command)
     return parser
 
 
@@ -362,6 +372,11 @@ def _owners(args: argparse.Namespace, _extra: list[str]) -> int:
         return owners_cli.run_owners(args, client)
 
 
+def _webhooks(args: argparse.Namespace, _extra: list[str]) -> int:
+    with _client(args) as client:
+        return webhooks_cli.run_webhooks(args, client)
+
+
 def _glue_zip(args: argparse.Namespace, extra: list[str]) -> int:
     with _client(args) as client:
         return research_cli.run_glue_zip(args, extra, client)
@@ -556,6 +571,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "keys": _keys,
     "audit": _audit,
     "owners": _owners,
+    "webhooks": _webhooks,
 }
 
 

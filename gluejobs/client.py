@@ -85,8 +85,11 @@ from gluejobs._types import (
     Sweep,
     SweepPlan,
     TaskLeaderboard,
+    Webhook,
+    WebhookDelivery,
     WorkerInfo,
 )
+from gluejobs._webhooks import AsyncWebhooks, Webhooks
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -106,6 +109,7 @@ __all__ = [
     "AsyncOwners",
     "AsyncSearches",
     "AsyncSweeps",
+    "AsyncWebhooks",
     "AsyncWorkers",
     "Audit",
     "AuditEntry",
@@ -132,6 +136,9 @@ __all__ = [
     "SweepPlan",
     "Sweeps",
     "TaskLeaderboard",
+    "Webhook",
+    "WebhookDelivery",
+    "Webhooks",
     "WorkerInfo",
     "Workers",
 ]
@@ -324,6 +331,7 @@ class Client(_BaseClient[httpx.Client, httpx.BaseTransport]):
     keys = cached_property(lambda client: Keys(client))  # admin keys only (gluejobs/_admin.py)
     audit = cached_property(lambda client: Audit(client))
     owners = cached_property(lambda client: Owners(client))
+    webhooks = cached_property(lambda client: Webhooks(client))  # gluejobs/_webhooks.py
 
     def __enter__(self) -> Client:
         return self
@@ -636,6 +644,7 @@ class AsyncClient(_BaseClient[httpx.AsyncClient, httpx.AsyncBaseTransport]):
     keys = cached_property(lambda client: AsyncKeys(client))
     audit = cached_property(lambda client: AsyncAudit(client))
     owners = cached_property(lambda client: AsyncOwners(client))
+    webhooks = cached_property(lambda client: AsyncWebhooks(client))
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -36,9 +36,11 @@ from service.routes import (
     stream,
     submissions,
     sweeps,
+    webhooks,
     workers,
 )
 from service.search_driver import SearchDriverThread
+from service.webhook_dispatcher import dispatching
 from shared import api_keys, release
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -89,15 +91,16 @@ def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The search driver runs while the app serves (GLUEJOBS_SEARCH_DRIVER), and hands its searches
-    back when it stops."""
-    driver = (
-        SearchDriverThread(app.state.db, app.state.settings) if app.state.settings.search_driver else None
-    )
+    """While the API serves: the webhook dispatcher sends due deliveries in the background, and the
+    search driver (GLUEJOBS_SEARCH_DRIVER) drives searches, handing them back when it stops."""
+    settings = app.state.settings
+    driver = SearchDriverThread(app.state.db, settings) if settings.search_driver else None
     if driver is not None:
         driver.start()
     try:
-        yield
+        async with dispatching(settings, app.state.db) as dispatcher:
+            app.state.webhooks = dispatcher
+            yield
     finally:
         if driver is not None:
             await asyncio.to_thread(driver.stop)
@@ -129,6 +132,7 @@ def create_app(
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     app.state.file_checks = FileChecks(settings)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
+    app.state.webhooks = None  # the dispatcher, while the lifespan runs it
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,
@@ -154,6 +158,7 @@ def create_app(
     v1.include_router(workers.router)
     v1.include_router(keys.router)
     v1.include_router(owners.router)
+    v1.include_router(webhooks.router)
     app.include_router(v1)
     app.include_router(health.router)
     # An admin's scrape (the whole fleet); other keys' are made per scrape, for their owner.

@@ -337,7 +337,36 @@ class Settings(BaseSettings):
         "accepted with a warning that its model could not be checked",
     )
 
-    @field_validator("api_keys", "admin_keys", mode="before")
+    # --- webhooks (shared/webhooks, service/webhook_dispatcher.py) ------------------------------------
+    webhook_allowed_hosts: KeyList = Field(
+        default_factory=list,
+        description="Host names, addresses or networks (`hooks.internal`, `127.0.0.1`, `10.0.0.0/8`) that "
+        "webhooks may reach although they are loopback, private, link-local or otherwise not public; "
+        "every other such address is refused at registration and at delivery (SSRF)",
+    )
+    webhook_dispatch: bool = Field(
+        default=True, description="This API process sends webhook deliveries (off: another process does)"
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=60, description="One delivery attempt's limit: connect, send and answer"
+    )
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, le=50, description="Attempts per delivery before it is marked failed"
+    )
+    webhook_backoff_s: float = Field(
+        default=10.0, ge=0, description="The wait before a delivery's second attempt; doubled after each"
+    )
+    webhook_backoff_max_s: float = Field(
+        default=3600.0, ge=0, description="The longest wait between a delivery's attempts"
+    )
+    webhook_concurrency: int = Field(
+        default=8, ge=1, le=256, description="Deliveries one API process sends at once"
+    )
+    webhook_poll_s: float = Field(
+        default=1.0, gt=0, description="How often the dispatcher looks for due deliveries"
+    )
+
+    @field_validator("api_keys", "admin_keys", "webhook_allowed_hosts", mode="before")
     @classmethod
     def _parse_keys(cls, value: object) -> object:
         return _split_keys(value)

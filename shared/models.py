@@ -534,5 +534,63 @@ class SearchTrial(Base):
     intermediate: Mapped[dict[str, float]] = mapped_column(Json, default=dict)
     system_attrs: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # the pruner's (ASHA rungs)
     pruned: Mapped[dict[str, Any] | None] = mapped_column(Json)  # {evaluation, epoch, step, value}
+
+
+class WebhookEndpoint(Base):
+    """An owner's webhook endpoint (POST /v1/webhooks): where events of the chosen types are sent,
+    signed with its secret (Standard Webhooks). The secret is kept as it is, because signing needs it;
+    no answer but create's and rotate's holds it."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index("ix_webhook_endpoints_owner_id", "owner", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    owner: Mapped[str | None] = mapped_column(String(64))  # as a job's owner
+    url: Mapped[str] = mapped_column(String(2048))
+    event_types: Mapped[list[str]] = mapped_column(Json, default=list)
+    description: Mapped[str | None] = mapped_column(String(255))
+    secret: Mapped[str] = mapped_column(String(128))  # whsec_<base64 of 32 random bytes>
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DeliveryStatus(StrEnum):
+    pending = "pending"  # waiting for its next attempt (or being sent now, under a lease)
+    delivered = "delivered"  # the endpoint answered 2xx
+    failed = "failed"  # every attempt spent, or the endpoint was deleted meanwhile
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: written in the transaction of the change that caused it, sent by
+    the API's dispatcher until the endpoint answers 2xx or the attempts are spent. `event_key` makes
+    enqueueing idempotent (a repeated write enqueues nothing)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("endpoint_id", "event_key"),
+        Index("ix_webhook_deliveries_endpoint_id_id", "endpoint_id", "id"),
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("webhook_endpoints.id", ondelete="CASCADE"))
+    message_id: Mapped[str] = mapped_column(
+        String(64)
+    )  # the webhook-id header: msg_<hex>, kept across retries
+    event_type: Mapped[str] = mapped_column(String(32))
+    event_key: Mapped[str] = mapped_column(String(128))
+    payload: Mapped[dict[str, Any]] = mapped_column(Json)
+    status: Mapped[DeliveryStatus] = mapped_column(
+        Enum(DeliveryStatus, native_enum=False, length=16, name="delivery_status"),
+        default=DeliveryStatus.pending,
+    )
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Each attempt: {at, status_code, error, duration_ms}, oldest first.
+    attempt_log: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # A dispatcher's claim: who sends it now, until when (another API process takes it after that).
+    lease_token: Mapped[str | None] = mapped_column(String(32))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -52,7 +52,8 @@ SEMANTIC_CHECKS = [
             }
         },
     }
-    # An upload is checked as training data (columns, labels), which no schema can say either.
+    # An upload is checked as training data (columns, labels), which no schema can say either; a
+    # webhook's URL must resolve to addresses the service may send to.
     for method, path in (
         ("POST", "/v1/jobs"),
         ("POST", "/v1/sweeps"),
@@ -60,6 +61,8 @@ SEMANTIC_CHECKS = [
         ("POST", "/v1/searches/{search_id}/seeds"),
         ("GET", "/v1/submissions"),
         ("POST", "/v1/files"),
+        ("POST", "/v1/webhooks"),
+        ("PATCH", "/v1/webhooks/{webhook_id}"),
     )
 ]
 

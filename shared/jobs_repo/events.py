@@ -10,6 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from shared.models import Job, JobEvent, JobStatus, utcnow
+from shared.webhooks.events import job_finished
 
 STATE = "state"
 LOG = "log"
@@ -30,12 +31,15 @@ def _transition(
     """Move `job` (locked by the caller, inside its write transaction) to status `to`, and write the
     state event that says so (the live stream and the clients read the status from it). Every
     status change is written here; the claim's single UPDATE statement makes its change itself and
-    calls this for the event. A finished job gets its finished_at."""
+    calls this for the event. A finished job gets its finished_at, and its webhook events are queued
+    in the same transaction (shared/webhooks), so that none is lost."""
     job.status = to
     if to.is_terminal:
         job.finished_at = now or utcnow()
     event = {"status": to, **(data or {})}
     _event(session, job.id, STATE, message, level=level, data=event, attempt=attempt)
+    if to.is_terminal:
+        job_finished(session, job)
 
 
 def _event(

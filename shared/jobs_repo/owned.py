@@ -1,5 +1,5 @@
-"""What belongs to an owner, read the same way for jobs, sweeps, files and models: one ownership
-check, one page."""
+"""What belongs to an owner, read the same way for jobs, sweeps, searches, files, models and webhook
+endpoints: one ownership check, one page."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import read
 from shared.errors import NotFound
-from shared.models import File, Job, Search, StoredModel, Sweep
+from shared.models import File, Job, Search, StoredModel, Sweep, WebhookEndpoint
 
-Owned = TypeVar("Owned", Job, Sweep, File, StoredModel, Search)
+Owned = TypeVar("Owned", Job, Sweep, File, StoredModel, Search, WebhookEndpoint)
 
 
 def _owned(

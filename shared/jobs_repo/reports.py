@@ -17,6 +17,7 @@ from shared.jobs_repo.claims import Claim, _fence
 from shared.jobs_repo.events import CHECKPOINT, LOG, _event, _insert_for
 from shared.models import Checkpoint, Job, JobMetric, utcnow
 from shared.tasks import EVAL_SPLIT, greater_is_better
+from shared.webhooks.events import checkpoint_declared
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def add_checkpoint(
             attempt=claim.attempt,
             dedup_key=dedup_key,
         )
+        checkpoint_declared(session, job_id=job_id, step=step, epoch=epoch, metrics=metrics, is_best=is_best)
 
 
 def delete_checkpoints(

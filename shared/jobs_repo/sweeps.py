@@ -104,16 +104,19 @@ def cancel_sweep(
     """
     now = utcnow()
     with write(session):
-        sweep = _owned(session, Sweep, sweep_id, owner, lock=True)
+        _owned(session, Sweep, sweep_id, owner)
+        # The jobs' locks before the sweep's, the order a job's end takes them (its sweep.finished
+        # webhook event locks the sweep): the two orders never meet, so they never deadlock.
         jobs = list(
             session.scalars(select(Job).where(Job.sweep_id == sweep_id).order_by(Job.id).with_for_update())
         )
+        sweep = _owned(session, Sweep, sweep_id, owner, lock=True)
         unfinished = [job for job in jobs if not job.status.is_terminal]
         if not unfinished:
             raise Conflict(f"sweep {sweep_id} has already finished: all its {len(jobs)} jobs have ended")
+        sweep.cancel_requested_at = sweep.cancel_requested_at or now
         for job in unfinished:
             _cancel(session, job, now, actor)
-        sweep.cancel_requested_at = sweep.cancel_requested_at or now
     return jobs
 
 
