@@ -534,6 +534,8 @@ class SearchTrial(Base):
     intermediate: Mapped[dict[str, float]] = mapped_column(Json, default=dict)
     system_attrs: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # the pruner's (ASHA rungs)
     pruned: Mapped[dict[str, Any] | None] = mapped_column(Json)  # {evaluation, epoch, step, value}
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class WebhookEndpoint(Base):

@@ -31,6 +31,7 @@ from shared.searches import store
 from shared.searches.config import FloatRange
 from shared.searches.driver import drive_once
 from shared.searches.optimizer import COMPLETE, Optimizer, TrialRecord
+from shared.webhooks import endpoints as webhook_endpoints
 from tests.dbutil import claimed, count_rows
 from tests.e2e import LOOPBACK_URL, REPO, all_metrics, api_process, live_api, start_worker, wait_for
 
@@ -239,6 +240,26 @@ def test_cancelling_a_search_cancels_its_trials(client: TestClient, db: Database
     assert found["status"] == "cancelled" and len(found["trials"]) == 2  # no trial asked after the cancel
     assert found["trial_counts"]["failed"] == 2 and found["best"] is None
     assert client.post(f"/v1/searches/{search['id']}/cancel").status_code == 409
+
+
+def test_a_finished_search_is_announced_to_the_owners_webhooks(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    with db.session() as session:
+        endpoint = webhook_endpoints.create_endpoint(
+            session, owner=None, url="http://hooks.example.org/", event_types=["search.finished"]
+        )
+    search = create(client, n_trials=2, parallelism=1)
+    cancelled = client.post(f"/v1/searches/{search['id']}/cancel")  # its one trial was only queued
+    assert cancelled.status_code in (200, 202), cancelled.text
+    drive(db, settings)
+    drive(db, settings)  # announced once, however often the driver looks again
+    assert search_of(client, search["id"])["status"] == "cancelled"
+    with db.session() as session:
+        [delivery] = webhook_endpoints.list_deliveries(session, endpoint_id=endpoint.id)[0]
+    assert delivery.payload["type"] == "search.finished"
+    assert delivery.payload["data"]["search_id"] == search["id"]
+    assert delivery.payload["data"]["status"] == "cancelled"
 
 
 def test_the_best_configuration_reruns_over_seeds(

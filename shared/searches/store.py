@@ -20,6 +20,7 @@ from shared.jobs_repo.owned import _newest_first, _owned
 from shared.models import Job, JobMetric, Search, SearchStatus, SearchTrial, utcnow
 from shared.quotas import QuotaDefaults, check_queued
 from shared.tasks import EVAL_SPLIT
+from shared.webhooks import search_finished
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,9 @@ def finish_search(session: Session, *, search_id: int, status: SearchStatus, not
         search.driver_id, search.driver_lease_until = None, None
         if note is not None:
             search.note = note
+        # In the same transaction: the owner's webhooks hear of it exactly when it is recorded.
+        data = {"status": str(status), "best_trial": search.best_trial, "note": search.note}
+        search_finished(session, owner=search.owner, search_id=search.id, data=data)
     return True
 
 
