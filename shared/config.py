@@ -114,6 +114,16 @@ class Settings(BaseSettings):
         ge=1,
         description="Uploads checked at once, each in a child process; more get 429 with Retry-After",
     )
+    # Files under GLUEJOBS_DATA_DIR or GLUEJOBS_GLUE_DIR are read in the API process by a submission's
+    # and a dry run's checks (an upload's were checked in a child when it arrived): their size bounds
+    # that memory (a few times the file), and at most max_file_checks such reads run at once.
+    max_checked_data_bytes: int = Field(
+        default=128 * 1024**2,
+        ge=1,
+        description="A data-folder or GLUE file the API reads for a submission's or dry run's checks; a "
+        "larger one is not read by the API (the submission says so in its warnings and the worker checks "
+        "it; a dry run answers 422)",
+    )
     file_check_memory_bytes: int = Field(
         default=1024**3,
         ge=64 * 1024 * 1024,

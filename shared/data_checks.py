@@ -41,6 +41,7 @@ from shared.errors import InvalidSpec
 from shared.spec import JobSpec
 from shared.suggest import near_matches
 from shared.tasks import TASKS
+from shared.uploaded_files import is_file_id
 
 CACHED_REPORTS = 256
 # A label is a likely typo of another when it is this much rarer than a near-identical one
@@ -88,6 +89,28 @@ class DataReport:
         }
 
 
+def too_large_to_check(spec: JobSpec, settings: Settings) -> dict[str, int]:
+    """The data-folder and GLUE files of a job that the API does not read (over
+    GLUEJOBS_MAX_CHECKED_DATA_BYTES): {role: bytes}. Uploaded files are not read again (their tally
+    stands in), so they are never too large here."""
+    limit = settings.max_checked_data_bytes
+    large: dict[str, int] = {}
+    for role, source in job_data_files(spec, settings).items():
+        value = getattr(spec, role, None)
+        if not isinstance(source, Path) or (isinstance(value, str) and is_file_id(value)):
+            continue
+        size = source.stat().st_size if source.is_file() else 0
+        if size > limit:
+            large[role] = size
+    return large
+
+
+def too_large_words(large: dict[str, int], settings: Settings) -> str:
+    sizes = ", ".join(f"{role} ({size:,} bytes)" for role, size in large.items())
+    limit = settings.max_checked_data_bytes
+    return f"{sizes}: larger than GLUEJOBS_MAX_CHECKED_DATA_BYTES ({limit:,} bytes), the most the API reads"
+
+
 def check_job_data(spec: JobSpec, settings: Settings, *, scope: DataScope) -> DataReport:
     """The checks a submission runs (cached per data version); InvalidSpec naming the field."""
     try:
@@ -109,8 +132,16 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         key = _cache_key(spec, settings, scope)
     except DataError as exc:
         raise as_invalid_spec(exc) from exc
+    large = too_large_to_check(spec, settings)
+    if large:
+        raise InvalidSpec(
+            f"{too_large_words(large, settings)}: submit it without a dry run (the worker checks it) or "
+            "raise the setting",
+            field=next(iter(large)),
+        )
     try:
-        data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
+        with _reading(settings.max_file_checks):
+            data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
         predict = _predict_splits(spec, settings)
     except DataError as exc:
         refusal = as_invalid_spec(exc)
@@ -123,6 +154,17 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         )
     _cache.put(key, report)
     return data, report
+
+
+_readers: dict[int, threading.BoundedSemaphore] = {}
+_readers_lock = threading.Lock()
+
+
+def _reading(at_once: int) -> threading.BoundedSemaphore:
+    """At most GLUEJOBS_MAX_FILE_CHECKS data reads at once in this API process (the rest wait their
+    turn): with GLUEJOBS_MAX_CHECKED_DATA_BYTES, what bounds the memory the checks take."""
+    with _readers_lock:
+        return _readers.setdefault(at_once, threading.BoundedSemaphore(at_once))
 
 
 def as_invalid_spec(exc: DataError) -> InvalidSpec:

@@ -13,7 +13,7 @@ the API returns: nothing the user gave is changed or ignored without saying so.
 from __future__ import annotations
 
 from shared.config import Settings
-from shared.data_checks import check_job_data
+from shared.data_checks import check_job_data, too_large_to_check, too_large_words
 from shared.data_scope import DataScope
 from shared.errors import InvalidRequest
 from shared.metric_rules import greater_is_better
@@ -43,7 +43,11 @@ def check_job_spec(
     check_model(checked.model_name_or_path, settings, notes)
     notes += spec_warnings(spec)
     if read_data and settings.check_data_on_submit:
-        notes += check_job_data(checked, settings, scope=scope).warnings
+        large = too_large_to_check(checked, settings)
+        if large:  # bounded memory in the API: the worker reads and checks it when the job starts
+            notes.append(f"not checked at submission: {too_large_words(large, settings)}")
+        else:
+            notes += check_job_data(checked, settings, scope=scope).warnings
     if warnings is not None:
         warnings += notes
     return checked

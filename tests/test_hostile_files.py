@@ -276,3 +276,42 @@ def test_jobs_on_an_uploaded_file_use_its_upload_s_checks_and_do_not_read_it_aga
         )
         assert refused.json()["error"]["field"] == "spec.train_file"
         assert not cache_path(keyed.cache_dir, file["sha256"], ".csv").exists()  # never fetched to be read
+
+
+def test_a_data_folder_file_past_the_api_s_read_bound_is_left_to_the_worker(
+    settings_factory: Any, sqlite_url: str
+) -> None:
+    """A file under GLUEJOBS_DATA_DIR larger than GLUEJOBS_MAX_CHECKED_DATA_BYTES is never read by the
+    API: a submission on it is stored with a warning naming the setting (the worker checks it), a dry
+    run answers 422 naming it; a file within the bound is checked as before."""
+    # Above GLUE's SST-2 dev.tsv (95 KB), which the jobs evaluate on.
+    settings: Settings = settings_factory(
+        sqlite_url, api_keys=[f"alice={ALICE}"], max_checked_data_bytes=150_000
+    )
+    folder = settings.data_dir / "owners" / "alice"
+    folder.mkdir(parents=True)
+    names = ("negative", "positive")
+    line = "a sentence of the kind a review holds, number {i},{label}\n"
+    rows = [line.format(i=i, label=names[i % 2]) for i in range(4000)]
+    (folder / "big.csv").write_text("sentence,label\n" + "".join(rows))  # about 240 KB
+    (folder / "small.csv").write_text("sentence,label\n" + "".join(rows[:100]))
+    with TestClient(create_app(settings), base_url=LOOPBACK_URL) as client:
+        spec = {"model_name_or_path": TINY_MODEL, "task_name": "sst2", "train_file": "big.csv"}
+        job = client.post("/v1/jobs", json={"spec": spec}, headers=as_(ALICE))
+        assert job.status_code == 201, job.text
+        [warning] = [w for w in job.json()["warnings"] if "not checked at submission" in w]
+        assert "train_file" in warning and "GLUEJOBS_MAX_CHECKED_DATA_BYTES" in warning
+        plan = client.post("/v1/jobs?dry_run=true", json={"spec": spec}, headers=as_(ALICE))
+        assert plan.status_code == 422, plan.text
+        assert plan.json()["error"]["field"] == "spec.train_file"
+        assert "GLUEJOBS_MAX_CHECKED_DATA_BYTES" in plan.json()["error"]["message"]
+        small = {**spec, "train_file": "small.csv", "max_train_samples": 5}
+        checked = client.post("/v1/jobs", json={"spec": small}, headers=as_(ALICE))
+        assert checked.status_code == 201, checked.text
+        assert not [w for w in checked.json()["warnings"] if "not checked" in w]
+        wrong = client.post(
+            "/v1/jobs",
+            json={"spec": {**small, "task_name": "mnli", "eval_strategy": "no"}},
+            headers=as_(ALICE),
+        )
+        assert wrong.status_code == 422, wrong.text  # still read and checked: its labels do not fit
