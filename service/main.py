@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import outage
@@ -14,7 +15,7 @@ from service.errors import install_error_handlers
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
-from service.origins import HostRules
+from service.origins import SAFE_METHODS, HostRules
 from service.prometheus import registry_for
 from service.rate_limits import RateLimits, StreamSlots
 from service.routes import (
@@ -32,6 +33,7 @@ from service.routes import (
     sweeps,
     workers,
 )
+from service.stream_fanout import StreamFanout
 from shared import api_keys
 from shared.config import Settings, get_settings
 from shared.db import Database
@@ -69,6 +71,14 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
     return ring
 
 
+async def forget_keys_after_changes(request: Request) -> AsyncIterator[None]:
+    """On the /v1/keys routes: a key made, revoked or rotated here drops this process's key cache,
+    so that the change holds on its next request (service/auth.py: other processes within 1 s)."""
+    yield
+    if request.method not in SAFE_METHODS:
+        request.app.state.keys.forget_stored()
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -92,6 +102,7 @@ def create_app(
     app.state.keys = key_ring(settings, app.state.db)
     app.state.dry_runs = DryRunSlots(settings.max_dry_runs)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
+    app.state.stream_fanout = StreamFanout(app.state.db)
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,
@@ -112,7 +123,7 @@ def create_app(
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
-    v1.include_router(keys.router)
+    v1.include_router(keys.router, dependencies=[Depends(forget_keys_after_changes)])
     v1.include_router(owners.router)
     app.include_router(v1)
     app.include_router(health.router)
