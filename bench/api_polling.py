@@ -33,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import ExitStack
@@ -205,8 +206,12 @@ async def streams(
 
 def floor_ms_per_poll() -> float:
     """The bare framework's API CPU per poll on this machine, now (../shared/tools/bare_api_floor.py)."""
-    out = subprocess.run([sys.executable, str(FLOOR)], capture_output=True, text=True, check=True, cwd=REPO)
-    figures: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    # Its output goes to a file, not a pipe: the floor's own server inherits its stdout, and a pipe it
+    # held open would keep this call waiting after the script ended.
+    with tempfile.TemporaryFile("w+") as output:
+        subprocess.run([sys.executable, str(FLOOR)], stdout=output, check=True, cwd=REPO, timeout=600)
+        output.seek(0)
+        figures: dict[str, Any] = json.loads(output.read().strip().splitlines()[-1])
     return float(figures["api_cpu_ms_per_poll"])
 
 
