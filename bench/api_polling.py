@@ -2,7 +2,9 @@
 Prints one JSON line.
 
 One job with 10 metric rows and one with 100,000. The API runs as its own uvicorn process (so its
-CPU can be measured apart from the clients):
+CPU can be measured apart from the clients), and every client sends a stored API key (its lookup
+and rate counting are part of each request's cost; the read limit is raised so that the crowd is
+not refused):
 
 1. one client, median latency of what a dashboard reads: the job, the newest metric rows (`after=` a
    cursor near the end), the events — on the small and the large job;
@@ -11,8 +13,15 @@ CPU can be measured apart from the clients):
    writer adds a metric row every 100 ms: delivery lag p50/p99 (commit → received) and the API's
    CPU per open stream.
 
+Beside the pollers, in the same run, the bare-framework floor (../shared/tools/bare_api_floor.py: a
+bare FastAPI + SQLAlchemy app answering the same cursor query from a 100k-row SQLite table) is
+measured just before and just after them; the line prints its CPU per poll and the API's ratio to
+it. `--before PATH` runs the same measurements first against the API of another checkout (main's,
+for before/after figures from one run on one machine), printing a line for each.
+
     python bench/api_polling.py
-    python bench/api_polling.py --database-url postgresql+psycopg://postgres@127.0.0.1/bench
+    python bench/api_polling.py --postgres postgresql+psycopg://postgres@127.0.0.1/postgres
+    git worktree add /tmp/before main && python bench/api_polling.py --before /tmp/before
 """
 
 from __future__ import annotations
@@ -22,9 +31,12 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +46,13 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import QUIET_API, bench_settings, percentile, run_folder  # noqa: E402
+from bench.harness import QUIET_API, bench_settings, percentile, run_folder, scratch_postgres  # noqa: E402
 from gluejobs.stack import local_stack  # noqa: E402
-from shared import jobs_repo  # noqa: E402
+from shared import api_keys, jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
 from shared.jobs_repo import Claim, MetricRow  # noqa: E402
 from shared.migrate import upgrade  # noqa: E402
-from shared.models import JobStatus  # noqa: E402
+from shared.models import JobStatus, KeyRole  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 CLIENTS = 50
@@ -48,6 +60,9 @@ CROWD_SECONDS = 10.0
 WRITE_INTERVAL_S = 0.1
 # The benchmark's jobs are claimed by no real worker: a lease that outlasts the run.
 LEASE_S = 24 * 3600.0
+# Reads one key may make a minute: far above what the crowd makes, so that nothing is refused.
+READS_PER_MINUTE = 1_000_000
+FLOOR = REPO.parent / "shared" / "tools" / "bare_api_floor.py"
 
 
 def fill(db: Database, rows: int) -> Claim:
@@ -78,7 +93,9 @@ def median_ms(client: httpx.Client, path: str, params: dict[str, str | int], rep
 # --- 50 pollers -------------------------------------------------------------------------------------
 
 
-async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -> dict[str, float]:
+async def pollers(
+    base: str, headers: dict[str, str], job_id: int, cursor: int, server: psutil.Process
+) -> dict[str, float]:
     latencies: list[float] = []
     deadline = time.perf_counter() + CROWD_SECONDS
 
@@ -90,7 +107,7 @@ async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -
             latencies.append((time.perf_counter() - started) * 1000)
 
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits, headers=headers) as client:
         cpu_before = sum(server.cpu_times()[:2])
         started = time.perf_counter()
         await asyncio.gather(*(poll(client) for _ in range(CLIENTS)))
@@ -110,7 +127,7 @@ async def pollers(base: str, job_id: int, cursor: int, server: psutil.Process) -
 
 
 async def streams(
-    base: str, db: Database, claim: Claim, resume_from: str, server: psutil.Process
+    base: str, headers: dict[str, str], db: Database, claim: Claim, resume_from: str, server: psutil.Process
 ) -> dict[str, Any]:
     job_id = claim.job_id
     committed: dict[int, float] = {}  # step → when its row was committed
@@ -120,8 +137,8 @@ async def streams(
 
     async def listen(client: httpx.AsyncClient) -> None:
         nonlocal opened
-        headers = {"Last-Event-ID": resume_from}
-        async with client.stream("GET", f"/v1/jobs/{job_id}/stream", headers=headers) as response:
+        resume = {"Last-Event-ID": resume_from}
+        async with client.stream("GET", f"/v1/jobs/{job_id}/stream", headers=resume) as response:
             response.raise_for_status()
             opened += 1
             if opened == CLIENTS:
@@ -153,7 +170,7 @@ async def streams(
 
     limits = httpx.Limits(max_connections=CLIENTS + 5, max_keepalive_connections=CLIENTS + 5)
     async with httpx.AsyncClient(
-        base_url=base, timeout=httpx.Timeout(60, read=None), limits=limits
+        base_url=base, timeout=httpx.Timeout(60, read=None), limits=limits, headers=headers
     ) as client:
         listeners = [asyncio.create_task(listen(client)) for _ in range(CLIENTS)]
         await asyncio.wait_for(ready.wait(), 60)
@@ -184,6 +201,20 @@ async def streams(
     }
 
 
+# --- the floor -------------------------------------------------------------------------------------
+
+
+def floor_ms_per_poll() -> float:
+    """The bare framework's API CPU per poll on this machine, now (../shared/tools/bare_api_floor.py)."""
+    # Its output goes to a file, not a pipe: the floor's own server inherits its stdout, and a pipe it
+    # held open would keep this call waiting after the script ended.
+    with tempfile.TemporaryFile("w+") as output:
+        subprocess.run([sys.executable, str(FLOOR)], stdout=output, check=True, cwd=REPO, timeout=600)
+        output.seek(0)
+        figures: dict[str, Any] = json.loads(output.read().strip().splitlines()[-1])
+    return float(figures["api_cpu_ms_per_poll"])
+
+
 # --- the API as a process of its own ----------------------------------------------------------------
 
 
@@ -191,35 +222,63 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--database-url", default=None)
+    parser.add_argument(
+        "--postgres", default=None, help="a Postgres server's URL: each run uses a scratch database there"
+    )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument(
+        "--before", type=Path, default=None, help="another checkout whose API to measure first"
+    )
     args = parser.parse_args()
-
-    with run_folder("gluejobs-poll-") as root:
-        settings = bench_settings(root, database_url=args.database_url)
-        db = Database(settings.database_url)
-        upgrade(db)
-        try:
-            small_claim, large_claim = fill(db, 10), fill(db, args.rows)
-            with local_stack(
-                settings, logs=root / "logs", workers=0, migrate=False, api_command=QUIET_API
-            ) as stack:
-                assert stack.api is not None
-                figures = measure(
-                    stack.url, db, psutil.Process(stack.api.pid), small_claim, large_claim, args
-                )
-        finally:
-            db.dispose()
-    print(json.dumps(figures))
+    for label, source in (("before", args.before), ("after", None)):
+        if label == "before" and source is None:
+            continue
+        figures = run(args, source)
+        figures["api"] = label if args.before else "this checkout"
+        print(json.dumps(figures), flush=True)
     return 0
 
 
+def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
+    """Every measurement against the API of `source` (a checkout; None: this one), on a fresh database."""
+    with ExitStack() as cleanup:
+        root = cleanup.enter_context(run_folder("gluejobs-poll-"))
+        url = None
+        if args.postgres:
+            url = cleanup.enter_context(scratch_postgres(args.postgres, f"bench_poll_{os.getpid()}"))
+        settings = bench_settings(root, database_url=url, rate_reads_per_minute=READS_PER_MINUTE)
+        db = Database(settings.database_url)
+        cleanup.callback(db.dispose)
+        upgrade(db)
+        with db.session() as session:
+            _, secret = api_keys.create_key(
+                session, owner="bench", role=KeyRole.admin, name="bench", expires_at=None, actor=None
+            )
+        small_claim, large_claim = fill(db, 10), fill(db, args.rows)
+        # --app-dir: the checkout's modules come first on the API's path.
+        command = (*QUIET_API, "--app-dir", str(source or REPO))
+        with local_stack(
+            settings, logs=root / "logs", workers=0, migrate=False, api_command=command
+        ) as stack:
+            assert stack.api is not None
+            headers = {"Authorization": f"Bearer {secret}"}
+            return measure(
+                stack.url, headers, db, psutil.Process(stack.api.pid), small_claim, large_claim, args
+            )
+
+
 def measure(
-    base: str, db: Database, server: psutil.Process, small: Claim, large: Claim, args: argparse.Namespace
+    base: str,
+    headers: dict[str, str],
+    db: Database,
+    server: psutil.Process,
+    small: Claim,
+    large: Claim,
+    args: argparse.Namespace,
 ) -> dict[str, object]:
     figures: dict[str, object] = {"benchmark": "api-polling", "database": db.dialect, "rows": args.rows}
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with httpx.Client(base_url=base, timeout=30, headers=headers) as client:
         for label, job_id, rows in (
             ("10_rows", small.job_id, 10),
             (f"{args.rows}_rows", large.job_id, args.rows),
@@ -234,8 +293,14 @@ def measure(
         last_metric = first_id + args.rows - 1
         last_event = client.get(f"/v1/jobs/{large.job_id}/events").json()["data"][-1]["id"]
     figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
-    figures.update(asyncio.run(pollers(base, large.job_id, last_metric - 10, server)))
-    figures.update(asyncio.run(streams(base, db, large, f"{last_metric}.{last_event}", server)))
+    floor_before = floor_ms_per_poll()
+    figures.update(asyncio.run(pollers(base, headers, large.job_id, last_metric - 10, server)))
+    floor_after = floor_ms_per_poll()
+    floor = (floor_before + floor_after) / 2
+    figures["floor_api_cpu_ms_per_poll"] = round(floor, 2)
+    figures["floor_before_after_ms"] = [round(floor_before, 2), round(floor_after, 2)]
+    figures["api_cpu_per_poll_over_floor"] = round(float(figures["api_cpu_ms_per_poll"]) / floor, 2)
+    figures.update(asyncio.run(streams(base, headers, db, large, f"{last_metric}.{last_event}", server)))
     return figures
 
 

@@ -9,7 +9,8 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
   (`request.state.principal`), and a read-only key's state-changing request gets 403;
 - a key over its rate limit gets 429 with Retry-After (service/rate_limits.py: counted in the
   database, in the same thread call as the key's lookup; the health routes are outside /v1);
-  /metrics is admitted and counted as a /v1 read is;
+  /metrics is admitted and counted as a /v1 read is; a key the key cache knows and a read counted
+  in memory are admitted on the event loop, without a thread;
 - a body is capped by the bytes actually received, not by trusting Content-Length: a declared
   length over the cap gets 413 at once, and a body that grows past it while it is read (chunked
   uploads have no Content-Length) stops being read and gets 413;
@@ -101,10 +102,13 @@ class RequestGuard:
         path: str = scope["path"]
         if path in (PROTECTED_PREFIX, METRICS_PATH) or path.startswith(f"{PROTECTED_PREFIX}/"):
             try:
-                # A stored key and the rate count are database work: in a thread, as a sync route's.
-                principal = await anyio.to_thread.run_sync(
-                    self._admit, headers.get("authorization"), scope["method"]
-                )
+                # A key known without the database and a read counted in memory need no thread;
+                # a stored key's lookup and an exact count do: in a thread, as a sync route's.
+                principal = self._admit_without_waiting(headers.get("authorization"), scope["method"])
+                if principal is None:
+                    principal = await anyio.to_thread.run_sync(
+                        self._admit, headers.get("authorization"), scope["method"]
+                    )
             except (Unauthorized, Forbidden, RateLimited) as exc:
                 retry = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
                 await self._refuse(exc.status_code, exc.code, exc.message, scope, receive, send, retry)
@@ -132,6 +136,23 @@ class RequestGuard:
                 await self._refuse(413, "request_too_large", message, scope, receive, send)
                 return
         await self.app(scope, self._capped(receive, limit, upload=upload), send)
+
+    def _admit_without_waiting(self, authorization: str | None, method: str) -> Principal | None:
+        """_admit's answer when it needs no database (service/auth.py's key cache, a read counted in
+        memory: service/rate_limits.py); None: call _admit in a thread."""
+        principal = self.keys.principal_without_waiting(authorization)
+        if principal is None:
+            return None
+        write = method not in SAFE_METHODS
+        if write and not principal.can_write:
+            raise Forbidden("this key is read-only: it reads its owner's jobs but changes nothing")
+        if (
+            self.limits is not None
+            and principal.bucket
+            and not self.limits.count_without_waiting(principal.bucket, write=write)
+        ):
+            return None
+        return principal
 
     def _admit(self, authorization: str | None, method: str) -> Principal:
         """The caller, once its key is valid, allowed this method, and within its rate limit (the

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import outage
@@ -18,7 +18,7 @@ from service.file_checks import FileChecks
 from service.guard import PROTECTED_PREFIX, RequestGuard
 from service.input_checks import reject_unstorable_values
 from service.openapi import document_error_responses
-from service.origins import HostRules
+from service.origins import SAFE_METHODS, HostRules
 from service.prometheus import registry_for
 from service.rate_limits import RateLimits, StreamSlots
 from service.routes import (
@@ -40,6 +40,7 @@ from service.routes import (
     workers,
 )
 from service.search_driver import SearchDriverThread
+from service.stream_fanout import StreamFanout
 from service.webhook_dispatcher import dispatching
 from shared import api_keys, release
 from shared.config import Settings, get_settings
@@ -106,6 +107,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(driver.stop)
 
 
+async def forget_keys_after_changes(request: Request) -> AsyncIterator[None]:
+    """On the /v1/keys routes: a key made, revoked or rotated here drops this process's key cache,
+    so that the change holds on its next request (service/auth.py: other processes within 1 s)."""
+    yield
+    if request.method not in SAFE_METHODS:
+        request.app.state.keys.forget_stored()
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -133,6 +142,7 @@ def create_app(
     app.state.file_checks = FileChecks(settings)
     app.state.stream_slots = StreamSlots(app.state.db, settings.max_streams_per_key)
     app.state.webhooks = None  # the dispatcher, while the lifespan runs it
+    app.state.stream_fanout = StreamFanout(app.state.db)
     install_error_handlers(app)
     app.add_middleware(
         RequestGuard,
@@ -156,7 +166,7 @@ def create_app(
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
-    v1.include_router(keys.router)
+    v1.include_router(keys.router, dependencies=[Depends(forget_keys_after_changes)])
     v1.include_router(owners.router)
     v1.include_router(webhooks.router)
     app.include_router(v1)

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic import ValidationError, WithJsonSchema
 
-from service.deps import After, DataScopeDep, JobDep, PrincipalDep, SessionDep, SettingsDep
+from service import cursor_pages
+from service.deps import (
+    After,
+    DatabaseDep,
+    DataScopeDep,
+    JobDep,
+    JobId,
+    PrincipalDep,
+    SessionDep,
+    SettingsDep,
+)
 from service.idempotency import request_hash
 from service.job_views import job_view, job_views
 from service.schemas import (
@@ -245,19 +257,28 @@ def cancel_job(
 
 
 @router.get("/{job_id}/metrics", response_model=Page[MetricPublic])
-def read_job_metrics(
-    job: JobDep,
-    session: SessionDep,
+async def read_job_metrics(
+    job_id: JobId,
+    database: DatabaseDep,
+    principal: PrincipalDep,
     after: After = None,
     limit: RowLimit = 1000,
     split: Annotated[str | None, Query(description="train, eval or eval_mismatched")] = None,
     name: Annotated[str | None, Query(description="e.g. loss, accuracy")] = None,
-) -> dict:
+) -> Response:
     """Metric rows in the order they were written; poll with `after=<next_cursor>`."""
-    rows, has_more = jobs_repo.list_metrics(
-        session, job_id=job.id, after=after, limit=limit, split=split, name=name
+    # One thread call, and the page serialised once (service/cursor_pages.py): a poll's cost.
+    read = partial(
+        cursor_pages.metrics_page,
+        database,
+        job_id=job_id,
+        owner=principal.owner_filter,
+        after=after,
+        limit=limit,
+        split=split,
+        name=name,
     )
-    return _page([MetricPublic.model_validate(r) for r in rows], [r.id for r in rows], has_more)
+    return await anyio.to_thread.run_sync(read)
 
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)
@@ -275,7 +296,16 @@ def read_job_checkpoints(job: JobDep, session: SessionDep) -> CheckpointList:
 
 
 @router.get("/{job_id}/events", response_model=Page[EventPublic])
-def read_job_events(job: JobDep, session: SessionDep, after: After = None, limit: RowLimit = 1000) -> dict:
+async def read_job_events(
+    job_id: JobId, database: DatabaseDep, principal: PrincipalDep, after: After = None, limit: RowLimit = 1000
+) -> Response:
     """State changes and log lines, oldest first; poll with `after=<next_cursor>`."""
-    rows, has_more = jobs_repo.list_events(session, job_id=job.id, after=after, limit=limit)
-    return _page([EventPublic.model_validate(r) for r in rows], [r.id for r in rows], has_more)
+    read = partial(
+        cursor_pages.events_page,
+        database,
+        job_id=job_id,
+        owner=principal.owner_filter,
+        after=after,
+        limit=limit,
+    )
+    return await anyio.to_thread.run_sync(read)

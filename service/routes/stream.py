@@ -11,43 +11,51 @@ GET /logs' X-Gluejobs-Attempt and X-Gluejobs-Log-Offset (0.0 for "no log read": 
 its start). Checkpoints travel as job events (kind "checkpoint", written with the checkpoint row),
 so they share the event cursor.
 
-Each poll is one statement (a UNION ALL of two index range scans, jobs_repo.read_stream_page), so
-an open stream costs the database what a cursor poller costs, however many rows the job has.
+The job's new rows reach its streams through the process's one reader for that job
+(service/stream_fanout.py): woken by a NOTIFY on Postgres, looking every 50 ms on SQLite, it reads
+each new row once and encodes it once for all of the job's streams. A stream whose cursor is behind
+what that reader holds reads its own pages first (each one statement: a UNION ALL of two index range
+scans, jobs_repo.read_stream_page), so a resume from long ago costs what a cursor poller costs.
 
-A stream outlives a database outage: a poll that cannot reach the database is tried again (backing
-off, with keep-alive comments meanwhile) from the same cursor, so the stream pauses and then goes on
-where it was, without losing or repeating an event.
+A stream outlives a database outage: its reader (or its own page read) tries again from the same
+cursor, backing off, with keep-alive comments meanwhile, so the stream pauses and then goes on where
+it was, without losing or repeating an event.
+
+A stream re-checks its key every KEY_RECHECK_S (through the key cache, service/auth.py, whose rows
+are at most KEY_CACHE_S old): once the key is revoked, rotated or expired, the stream sends an
+`error` event ({code, message}) and closes, within KEY_RECHECK_S + KEY_CACHE_S of the change.
+
+`Last-Event-ID` is parsed as ASCII digits only: anything else (`²`, `-1`, `1.2.3`) is refused with
+422 naming the header, before the stream starts.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.auth import KeyRing
 from service.deps import JobDep, PrincipalDep, SettingsDep, get_database, get_store
 from service.downloads import folder_of
 from service.job_files import new_log_pieces
 from service.rate_limits import REFRESH_S, StreamSlots
-from service.schemas import CheckpointPublic, EventPublic, MetricPublic
-from shared import jobs_repo
-from shared.db import Database
-from shared.errors import InvalidRequest
-from shared.models import JobStatus
+from service.stream_fanout import FeedRow, StreamFanout, in_time_order, read_page
+from shared.errors import InvalidRequest, Unauthorized
 from shared.resilience import Backoff, is_transient
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-POLL_INTERVAL_S = 1.0
+POLL_INTERVAL_S = 1.0  # how often a stream with `logs=true` looks at the log file
 KEEPALIVE_S = 5.0
+KEY_RECHECK_S = 2.0
 RETRY_MS = 2000  # how long a browser's EventSource waits before it reconnects
 PAGE_ROWS = 1000
 OUTAGE_POLL_CAP_S = 5.0  # while the database is away, polls back off up to this
@@ -69,7 +77,8 @@ class Cursor:
         if not value:
             return cls()
         parts = value.strip().split(".")
-        if len(parts) not in (2, 4) or not all(p.isdigit() and len(p) <= 18 for p in parts):
+        # isascii: str.isdigit() also takes "²" and other digits int() refuses.
+        if len(parts) not in (2, 4) or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
             raise InvalidRequest(
                 f"{LAST_EVENT_ID} {value[:80]!r} is not an id this stream sent "
                 "(expected <metric id>.<event id>[.<attempt>.<offset>])",
@@ -139,95 +148,111 @@ async def stream_job(
     `<last metric id>.<last event id>.<X-Gluejobs-Attempt>.<X-Gluejobs-Log-Offset>` (0 for none).
     """
     database = get_database(request)
+    fanout: StreamFanout = request.app.state.stream_fanout
+    keys: KeyRing = request.app.state.keys
+    authorization = request.headers.get("authorization")
     folder = folder_of(settings, get_store(request), job.id) if logs else None
     ended_status = job.status if job.status.is_terminal else None
-    last_sent = refreshed = time.monotonic()
+    last_sent = refreshed = key_checked = time.monotonic()
+    logs_read = 0.0  # when the log file was last read (0: read it now)
     backoff = Backoff(base_s=POLL_INTERVAL_S / 2, cap_s=OUTAGE_POLL_CAP_S)
     yield ServerSentEvent(comment=f"job {job.id}", retry=RETRY_MS)
-    while True:
-        try:
-            if time.monotonic() - refreshed >= REFRESH_S:
-                await anyio.to_thread.run_sync(refresh_slot)
-                refreshed = time.monotonic()
-            page = await anyio.to_thread.run_sync(_read_page, database, job.id, cursor)
-        except SQLAlchemyError as exc:
-            if not is_transient(exc):
-                raise
-            # The outage record (service/outage.py) has logged it; this stream waits it out.
+    async with fanout.follow(job.id) as feed:
+        while True:
+            now = time.monotonic()
+            if now - key_checked >= KEY_RECHECK_S:
+                refused = await _key_refused(keys, authorization)
+                if refused is not None:
+                    yield ServerSentEvent(
+                        event="error", data={"code": refused.code, "message": refused.message}
+                    )
+                    return
+                key_checked = now
+            generation = feed.generation
+            rows = feed.rows_after(cursor.metric, cursor.event)
+            full = False
+            try:
+                if now - refreshed >= REFRESH_S:
+                    await anyio.to_thread.run_sync(refresh_slot)
+                    refreshed = time.monotonic()
+                if rows is None:  # behind what the job's reader holds: its own page first
+                    page = await anyio.to_thread.run_sync(
+                        read_page, database, job.id, cursor.metric, cursor.event
+                    )
+                    rows, full = in_time_order(page.metrics, page.events), page.full
+            except SQLAlchemyError as exc:
+                if not is_transient(exc):
+                    raise
+                # The outage record (service/outage.py) has logged it; this stream waits it out.
+                if time.monotonic() - last_sent >= KEEPALIVE_S:
+                    yield ServerSentEvent(comment="database unavailable; waiting")
+                    last_sent = time.monotonic()
+                await anyio.sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            for row in rows:
+                cursor, event = _event(row, cursor)
+                if row.status is not None and row.status.is_terminal:
+                    ended_status = row.status
+                yield event
+                last_sent = time.monotonic()
+            if folder is not None and (
+                ended_status is not None or time.monotonic() - logs_read >= POLL_INTERVAL_S
+            ):
+                logs_read = time.monotonic()
+                pieces = await anyio.to_thread.run_sync(
+                    partial(
+                        new_log_pieces,
+                        folder,
+                        attempt=cursor.attempt,
+                        offset=cursor.offset,
+                        flush=ended_status is not None,
+                    )
+                )
+                for piece in pieces:
+                    cursor = replace(cursor, attempt=piece.attempt, offset=piece.offset)
+                    yield ServerSentEvent(
+                        event="log", id=str(cursor), data={"attempt": piece.attempt, "text": piece.text}
+                    )
+                    last_sent = time.monotonic()
+                if pieces:
+                    logs_read = 0.0
+                    continue  # more may be waiting
+            if full:
+                continue
+            if ended_status is not None:
+                # Everything the job wrote came before its final status change: nothing more will come.
+                yield ServerSentEvent(event="end", id=str(cursor), data={"status": ended_status})
+                return
             if time.monotonic() - last_sent >= KEEPALIVE_S:
-                yield ServerSentEvent(comment="database unavailable; waiting")
+                waiting = "database unavailable; waiting" if feed.unavailable else "keep-alive"
+                yield ServerSentEvent(comment=waiting)
                 last_sent = time.monotonic()
-            await anyio.sleep(backoff.next_delay())
-            continue
-        backoff.reset()
-        for source, row in _in_time_order(page):
-            cursor, event = _encode(source, row, cursor)
-            if event.event == "status" and JobStatus(row["data"]["status"]).is_terminal:
-                ended_status = JobStatus(row["data"]["status"])
-            yield event
-            last_sent = time.monotonic()
-        if folder is not None:
-            pieces = await anyio.to_thread.run_sync(
-                partial(
-                    new_log_pieces,
-                    folder,
-                    attempt=cursor.attempt,
-                    offset=cursor.offset,
-                    flush=ended_status is not None,
-                )
-            )
-            for piece in pieces:
-                cursor = replace(cursor, attempt=piece.attempt, offset=piece.offset)
-                yield ServerSentEvent(
-                    event="log", id=str(cursor), data={"attempt": piece.attempt, "text": piece.text}
-                )
-                last_sent = time.monotonic()
-            if pieces:
-                continue  # more may be waiting
-        if page.full:
-            continue
-        if ended_status is not None:
-            # Everything the job wrote came before its final status change: nothing more will come.
-            yield ServerSentEvent(event="end", id=str(cursor), data={"status": ended_status})
-            return
-        if time.monotonic() - last_sent >= KEEPALIVE_S:
-            yield ServerSentEvent(comment="keep-alive")
-            last_sent = time.monotonic()
-        await anyio.sleep(POLL_INTERVAL_S)
+            now = time.monotonic()
+            due = [last_sent + KEEPALIVE_S, key_checked + KEY_RECHECK_S]
+            if folder is not None:
+                due.append(logs_read + POLL_INTERVAL_S)
+            await feed.wait(generation, max(0.0, min(due) - now))
 
 
-def _read_page(database: Database, job_id: int, cursor: Cursor) -> jobs_repo.StreamPage:
-    with database.session() as session:
-        return jobs_repo.read_stream_page(
-            session, job_id=job_id, after_metric=cursor.metric, after_event=cursor.event, limit=PAGE_ROWS
-        )
+async def _key_refused(keys: KeyRing, authorization: str | None) -> Unauthorized | None:
+    """Whether the stream's key no longer opens the API (revoked, rotated, expired): the refusal.
+    The key cache answers without the database while its row is fresh; a database that is away
+    leaves the stream open (it is asked again at the next check)."""
+    try:
+        if keys.principal_without_waiting(authorization) is not None:
+            return None
+        await anyio.to_thread.run_sync(keys.principal, authorization)
+    except Unauthorized as refused:
+        return refused
+    except SQLAlchemyError as exc:
+        if not is_transient(exc):
+            raise
+    return None
 
 
-def _in_time_order(page: jobs_repo.StreamPage) -> list[tuple[str, dict[str, Any]]]:
-    """Metrics and events interleaved by time; heapq.merge keeps each table's own (id) order, which
-    the cursor relies on, even where clocks of different machines disagree."""
-    return list(
-        heapq.merge(
-            (("metric", r) for r in page.metrics),
-            (("event", r) for r in page.events),
-            key=lambda item: item[1]["created_at"],
-        )
-    )
-
-
-def _encode(source: str, row: dict[str, Any], cursor: Cursor) -> tuple[Cursor, ServerSentEvent]:
-    if source == "metric":
-        cursor = replace(cursor, metric=row["id"])
-        return cursor, ServerSentEvent(event="metric", id=str(cursor), data=MetricPublic.model_validate(row))
-    cursor = replace(cursor, event=row["id"])
-    public = EventPublic.model_validate(row)
-    if row["kind"] == jobs_repo.STATE and (row["data"] or {}).get("status"):
-        return cursor, ServerSentEvent(
-            event="status",
-            id=str(cursor),
-            data={**public.model_dump(mode="json"), "status": row["data"]["status"]},
-        )
-    if row["kind"] == jobs_repo.CHECKPOINT and row["data"] and "step" in row["data"]:
-        checkpoint = CheckpointPublic.model_validate({**row["data"], "created_at": row["created_at"]})
-        return cursor, ServerSentEvent(event="checkpoint", id=str(cursor), data=checkpoint)
-    return cursor, ServerSentEvent(event="event", id=str(cursor), data=public)
+def _event(row: FeedRow, cursor: Cursor) -> tuple[Cursor, ServerSentEvent]:
+    """The row as its SSE event, its JSON encoded once for every stream (by the job's reader)."""
+    cursor = replace(cursor, metric=row.id) if row.source == "metric" else replace(cursor, event=row.id)
+    # model_construct: the event name, id and JSON are ours (single lines), nothing to validate.
+    return cursor, ServerSentEvent.model_construct(event=row.event, id=str(cursor), raw_data=row.data)

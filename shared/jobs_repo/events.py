@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from shared.jobs_repo.streams import notify_rows
 from shared.models import Job, JobEvent, JobStatus, utcnow
 from shared.webhooks.events import job_finished
 
@@ -57,6 +58,7 @@ def _event(
     # id order on Postgres too, so a cursor (`after=`, the live stream) never steps over an event
     # that commits late. SQLite's single writer gives that order anyway.
     session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    notify_rows(session, job_id)  # the live streams hear of it once this commits
     row = {
         "job_id": job_id,
         "kind": kind,

@@ -15,6 +15,7 @@ from shared.artifact_links import download_command
 from shared.db import write
 from shared.jobs_repo.claims import Claim, _fence
 from shared.jobs_repo.events import CHECKPOINT, LOG, _event, _insert_for
+from shared.jobs_repo.streams import notify_rows
 from shared.models import Checkpoint, Job, JobMetric, utcnow
 from shared.tasks import EVAL_SPLIT, greater_is_better
 from shared.webhooks.events import checkpoint_declared
@@ -66,6 +67,8 @@ def add_metrics(
         insert = _insert_for(session)(JobMetric).values(values)
         insert = insert.on_conflict_do_nothing(index_elements=["job_id", "split", "name", "step"])
         inserted = session.execute(insert.returning(JobMetric.id)).all()
+        if inserted:
+            notify_rows(session, job_id)  # the live streams hear of them once this commits
         latest = dict(job.latest_metrics or {})
         for r in rows:
             split = dict(latest.get(r.split, {}))

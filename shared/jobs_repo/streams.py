@@ -4,13 +4,28 @@ scan, whatever the job's size."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, cast, literal, null, select, union_all
+from sqlalchemy import Connection, Select, bindparam, cast, literal, null, select, text, union_all
 from sqlalchemy.orm import Session
 
 from shared.db import read
-from shared.models import Checkpoint, JobEvent, JobMetric
+from shared.models import Checkpoint, Job, JobEvent, JobMetric
+
+# The channel on which a write of a job's rows tells the API's streams (Postgres; the payload is the
+# job's id): service/stream_fanout.py listens.
+NOTIFY_CHANNEL = "gluejobs_rows"
+_NOTIFY = text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :job_id)")
+
+
+def notify_rows(session: Session, job_id: int) -> None:
+    """Tell the API's live streams that the job has new rows: on Postgres a NOTIFY inside the
+    transaction that writes them, delivered once it commits (never before, never for a rollback;
+    Postgres sends one per job however many rows the transaction writes). SQLite: nothing (the
+    streams look every few tens of milliseconds)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_NOTIFY, {"job_id": str(job_id)})
 
 
 def list_metrics(
@@ -129,3 +144,69 @@ def _after(
     """`query`'s first `limit` rows of the job after the cursor `after`, in id order: an index range
     scan of (job_id, id)."""
     return query.where(model.job_id == job_id, model.id > after).order_by(model.id).limit(limit).subquery()
+
+
+# The columns a page of each table carries (the API's MetricPublic and EventPublic).
+_METRIC_COLUMNS = (
+    JobMetric.id,
+    JobMetric.epoch,
+    JobMetric.step,
+    JobMetric.split,
+    JobMetric.name,
+    JobMetric.value,
+    JobMetric.created_at,
+)
+_EVENT_COLUMNS = (JobEvent.id, JobEvent.created_at, JobEvent.kind, JobEvent.level, JobEvent.message)
+_OWNER = select(Job.owner).where(Job.id == bindparam("job_id"))
+
+
+@dataclass(frozen=True)
+class CursorPage:
+    """A page of a job's metric rows or events after a cursor, as plain dicts; `found`: whether the
+    job exists at all, `owner` its owner (the caller checks it)."""
+
+    found: bool
+    owner: str | None
+    rows: list[dict[str, Any]]
+    has_more: bool
+
+
+@cache
+def _page_statement(table: str, *, after: bool, split: bool, name: bool) -> Any:
+    """The page's statement, built once per shape with bound parameters (building a SELECT costs
+    more than running it on a poll's hot path)."""
+    model: type[JobMetric] | type[JobEvent] = JobMetric if table == "metrics" else JobEvent
+    columns = _METRIC_COLUMNS if table == "metrics" else (*_EVENT_COLUMNS, JobEvent.data)
+    query = select(*columns).where(model.job_id == bindparam("job_id"))
+    if after:
+        query = query.where(model.id > bindparam("after"))
+    if split:
+        query = query.where(JobMetric.split == bindparam("split"))
+    if name:
+        query = query.where(JobMetric.name == bindparam("name"))
+    return query.order_by(model.id).limit(bindparam("limit"))
+
+
+def cursor_page(
+    connection: Connection,
+    table: str,
+    *,
+    job_id: int,
+    after: int | None = None,
+    limit: int = 1000,
+    split: str | None = None,
+    name: str | None = None,
+) -> CursorPage:
+    """A cursor poll's read (GET /metrics or /events with `after=`): the job's owner and one page of
+    `table` ("metrics" or "events"), in one read transaction of two prepared statements, without ORM
+    objects. The page is list_metrics' or list_events'."""
+    statement = _page_statement(
+        table, after=after is not None, split=split is not None, name=name is not None
+    )
+    values = {"job_id": job_id, "after": after, "limit": limit + 1, "split": split, "name": name}
+    with connection.begin():
+        owner = connection.execute(_OWNER, {"job_id": job_id}).first()
+        if owner is None:
+            return CursorPage(False, None, [], False)
+        rows = [dict(r) for r in connection.execute(statement, values).mappings()]
+    return CursorPage(True, owner[0], rows[:limit], len(rows) > limit)
