@@ -109,7 +109,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 async def forget_keys_after_changes(request: Request) -> AsyncIterator[None]:
     """On the /v1/keys routes: a key made, revoked or rotated here drops this process's key cache,
-    so that the change holds on its next request (service/auth.py: other processes within 1 s)."""
+    so that the change holds on its next request (service/auth.py: other processes within 1 s).
+    Its scope is the route function's, so the cache is dropped before the answer leaves: a client that
+    reads the answer and sends the old key at once is refused (the default scope runs this afterwards)."""
     yield
     if request.method not in SAFE_METHODS:
         request.app.state.keys.forget_stored()
@@ -166,7 +168,7 @@ def create_app(
     v1.include_router(leaderboard.router)
     v1.include_router(submissions.router)
     v1.include_router(workers.router)
-    v1.include_router(keys.router, dependencies=[Depends(forget_keys_after_changes)])
+    v1.include_router(keys.router, dependencies=[Depends(forget_keys_after_changes, scope="function")])
     v1.include_router(owners.router)
     v1.include_router(webhooks.router)
     app.include_router(v1)
