@@ -24,12 +24,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.config import Settings
 from shared.errors import InvalidSpec, quote
 from shared.registered_models import RegisteredModel, parse_reference
-from shared.upload_tally import StoredUpload
 from shared.uploaded_files import UploadedFile
+
+if TYPE_CHECKING:  # upload_tally reads with pandas, which the client's command line (it imports this) lacks
+    from shared.upload_tally import StoredUpload
 
 OWNERS_DIR = "owners"
 

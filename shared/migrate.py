@@ -15,38 +15,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, make_url, text
 
 from shared import release
 from shared.db import Database
+from shared.release import alembic_config, migrations_dir
 
 logger = logging.getLogger(__name__)
 
-# The repository keeps its migrations in the top-level alembic/ folder; the gluejobs-server wheel
-# carries them as shared/migrations (a top-level `alembic` folder would shadow the alembic package).
-MIGRATION_DIRS = (
-    Path(__file__).resolve().parent / "migrations",
-    Path(__file__).resolve().parent.parent / "alembic",
-)
+__all__ = ["alembic_config", "migrations_dir", "upgrade"]
+
 # An arbitrary constant that names gluejobs' migration lock among Postgres advisory locks.
 PG_MIGRATION_LOCK_ID = 0x6A0B5
-
-
-def migrations_dir() -> Path:
-    for folder in MIGRATION_DIRS:
-        if (folder / "env.py").is_file():
-            return folder
-    raise RuntimeError(
-        f"gluejobs-server's migrations are missing (looked in {', '.join(map(str, MIGRATION_DIRS))}): "
-        "reinstall gluejobs-server"
-    )
-
-
-def alembic_config() -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
-    return config
 
 
 def upgrade(db: Database, revision: str = "head") -> None:

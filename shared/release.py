@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import re
 from functools import cache
+from pathlib import Path
 
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, insert, inspect, text, update
@@ -37,6 +39,30 @@ class ReleaseMismatch(RuntimeError):
     """This release does not fit the database; the message is the one line an operator reads."""
 
 
+# The repository keeps its migrations in the top-level alembic/ folder; the gluejobs-server wheel
+# carries them as shared/migrations (a top-level `alembic` folder would shadow the alembic package).
+MIGRATION_DIRS = (
+    Path(__file__).resolve().parent / "migrations",
+    Path(__file__).resolve().parent.parent / "alembic",
+)
+
+
+def migrations_dir() -> Path:
+    for folder in MIGRATION_DIRS:
+        if (folder / "env.py").is_file():
+            return folder
+    raise RuntimeError(
+        f"gluejobs-server's migrations are missing (looked in {', '.join(map(str, MIGRATION_DIRS))}): "
+        "reinstall gluejobs-server"
+    )
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    return config
+
+
 def version_key(version: str) -> tuple[int, ...]:
     """ "0.10.2" → (0, 10, 2): releases compare by their numbers (pre-release tags are ignored)."""
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
@@ -45,8 +71,6 @@ def version_key(version: str) -> tuple[int, ...]:
 @cache
 def schema_head() -> str:
     """The newest schema revision this release's migrations know."""
-    from shared.migrate import alembic_config  # shared.migrate imports this module
-
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -55,8 +79,6 @@ def schema_head() -> str:
 @cache
 def known_revisions(head: str) -> frozenset[str]:
     """The revisions from the first migration up to `head`: the schemas this release has met."""
-    from shared.migrate import alembic_config
-
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(revision.revision for revision in script.iterate_revisions(head, "base"))
 

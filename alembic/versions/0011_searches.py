@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -21,7 +20,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-Json = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
+# JSON, not JSONB, on Postgres too (as 0009 made every other column): json keeps its keys' order.
+Json = sa.JSON()
 UTC = sa.DateTime(timezone=True)
 
 
