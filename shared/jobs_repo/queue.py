@@ -123,6 +123,9 @@ def _claim_first(
             plan.devices_limited and not _still_within_device_quota(session, policy, job_id)
         ):
             return None
+        # Stamped now, after the reads that saw the queue as it is (a claim may have waited for
+        # SQLite's write lock while a job ended): a job never starts before the one it waited for ended.
+        claimed_at = utcnow()
         job = session.scalars(
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.queued)
@@ -130,9 +133,9 @@ def _claim_first(
                 status=JobStatus.running,
                 worker_id=worker_id,
                 attempts=Job.attempts + 1,
-                started_at=func.coalesce(Job.started_at, now),
-                lease_expires_at=now + timedelta(seconds=lease_s),
-                updated_at=now,
+                started_at=func.coalesce(Job.started_at, claimed_at),
+                lease_expires_at=claimed_at + timedelta(seconds=lease_s),
+                updated_at=claimed_at,
                 not_before=None,
                 reserved_by=None,
                 reserved_at=None,
