@@ -12,21 +12,21 @@ CHROMIUM ?= /usr/bin/chromium
 TEST_WORKERS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo stop test lint bench dist clean
+.PHONY: install install-test demo stop test lint docs bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Both distributions of this repository, editable: gluejobs (the client and CLI, ./pyproject.toml) and
-# gluejobs-server (the API, workers and migrations, server/pyproject.toml); README, "Install".
+# gluejobs-server (the API, workers and migrations, server/pyproject.toml); docs/operators/install.md.
 $(VENV)/.installed: $(BIN)/python pyproject.toml server/pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet -e . -e "./server[demo]"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e ".[test]" -e "./server[demo,mlflow,s3-test]"
+	$(BIN)/pip install --quiet -e ".[test,docs]" -e "./server[demo,mlflow,s3-test]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -47,7 +47,8 @@ stop:
 	$(BIN)/gluejobs demo --stop
 
 ## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included;
-## installs chromium (Debian's package) for the dashboard's browser test when it is missing.
+## installs chromium (Debian's package) for the dashboard's browser test when it is missing. The docs site is
+## built too (tests/test_docs.py: mkdocs build --strict) and every page's commands run (test_readme_commands).
 test: install-test $(CHROMIUM)
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
@@ -55,6 +56,10 @@ lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## make docs: the documentation site (mkdocs.yml, docs/) into site/, every warning an error.
+docs: install-test
+	$(BIN)/mkdocs build --strict
 
 ## make bench: the SST-2 benchmark through the real API and worker (prints one JSON line).
 bench: install-test
@@ -66,4 +71,4 @@ dist: install-test
 	$(BIN)/python -m build --outdir dist server
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var site .pytest_cache .mypy_cache .ruff_cache
