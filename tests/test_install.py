@@ -3,13 +3,13 @@ far from it, they migrate, serve, work and train with no source checkout, each r
 (a laptop, an API box, a worker box), the files and the model in an S3 store (moto's server), the
 database in Postgres. The client's venv holds the client alone: nothing named service, shared or worker.
 
-The client's venv and the API's are fresh installs, resolved by pip as README's "Install" lines do.
+The client's venv and the API's are fresh installs, resolved by pip as docs/operators/install.md's lines do.
 The worker's venv is a fair shortcut: a fresh venv with both wheels installed for real (non-editable,
 --no-deps) over the training stack of the venv that runs the tests (the same pinned versions), reached
 through a path file (not a site dir: that venv's editable install of the repository stays out of
 it). A fresh worker venv (CPU torch and the training stack, about 1.4 GB) took about 5 minutes on the
 loaded 2-core machine; GLUEJOBS_INSTALL_TEST_FRESH_WORKER=1 installs it for real. Each install's
-size and time are printed (and README's "Install" quotes them).
+size and time are printed (and docs/operators/install.md quotes them).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_the_wheels_install_and_train_without_the_source_tree(
         installs["worker (wheels over the test venv's stack)"] = make_venv(
             tmp_path / "venv-worker", worker_install, cwd=machines["box"], borrow=borrowed
         )
-    print("\ninstalls:", json.dumps(installs))  # noqa: T201  (the figures README quotes)
+    print("\ninstalls:", json.dumps(installs))  # noqa: T201  (the figures docs/operators/install.md quotes)
     client, api, worker = (tmp_path / f"venv-{role}" / "bin" for role in ("client", "api", "worker"))
 
     # The laptop: the client and the CLI alone; the API box: no torch.

@@ -32,7 +32,8 @@ def test_minilm_learns_sst2(settings_factory, db_url: str, tmp_path: Path) -> No
         "logging_steps": 10,
         "seed": 42,
         # The fast path (length-grouped batches in a shuffled order, bf16 autocast with an fp32 head,
-        # sorted evaluation): the same accuracy in a third of the faithful spec's time (README, Speed).
+        # sorted evaluation): the same accuracy in a third of the faithful spec's time (docs/benchmarks.md,
+        # Speed).
         "fast": True,
     }
     with live_api(settings) as client:
