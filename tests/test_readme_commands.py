@@ -1,12 +1,13 @@
-"""The README's commands run as written (issue 17, must-hold 6).
+"""The README's and the documentation's commands run as written (issue 17, must-hold 6; issue 24, item 5).
 
-Every `curl` command in README.md (in code blocks and inline) and every `gluejobs` line of a shell
-code block (or a `$ ` prompt line of any block) runs, in the README's order, against a live local
-stack (gluejobs/stack.py: an API, no worker, so jobs stay queued), and must exit 0. What the test
-adds, and nothing else: `localhost:8000` points at the stack's port, `GLUEJOBS_URL` at the stack,
-`curl` fails on an HTTP error (`--fail-with-body`), and the working folder holds the files the lines
-name (`roberta_base_mnli.sh`, `training_args.json`). Lines other branches add are picked up as they
-are. A command that cannot run here is marked in the README with `<!-- not run: the reason -->`:
+Every `curl` command in README.md and in every page of the documentation site (mkdocs.yml's nav, in
+its order, after the README; in code blocks and inline) and every `gluejobs` line of a shell code
+block (or a `$ ` prompt line of any block) runs, in that order, against one live local stack
+(gluejobs/stack.py: an API, no worker, so jobs stay queued), and must exit 0. What the test adds, and
+nothing else: `localhost:8000` points at the stack's port, `GLUEJOBS_URL` at the stack, `curl` fails
+on an HTTP error (`--fail-with-body`), and the working folder holds the files the lines name
+(`roberta_base_mnli.sh`, `training_args.json`, `train.csv`). Lines other branches add are picked up
+as they are. A command that cannot run here is marked in its page with `<!-- not run: the reason -->`:
 alone on the line before a code block, a table or a paragraph, for every command in it; on a line,
 for that line. Inline `gluejobs …` mentions in prose and tables name commands (synopses with
 placeholders); they are not lines to run.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gluejobs.stack import local_stack, stack_environment
 from shared.config import Settings
@@ -37,8 +39,10 @@ INLINE = re.compile(r"`([^`\n]+)`")
 SHELL_BLOCKS = frozenset({"sh", "bash", "shell", "console"})
 COMMANDS = ("curl", "gluejobs")
 README_PORT = "8000"
-# The least the README holds today: an extraction that finds fewer has gone wrong, not the README.
-AT_LEAST = 20
+# The least the README and the pages hold today: an extraction that finds fewer has gone wrong, not them.
+AT_LEAST = 30
+# Pages the build writes (docs/hooks/openapi.py), not files of the repository: nothing to run.
+GENERATED_PAGES = frozenset({"reference/api.md"})
 # The test's one addition to `curl`: an HTTP error is a failure.
 PRELUDE = 'curl() { command curl --fail-with-body --show-error --max-time 60 "$@"; }\n'
 TRAINING_ARGS = {
@@ -58,13 +62,48 @@ TRAINING_ARGS = {
 
 @dataclass(frozen=True)
 class Command:
-    line: int  # where it starts in the README
+    line: int  # where it starts in its file
     text: str
-    not_run: str | None  # the README's reason, when marked
+    not_run: str | None  # the page's reason, when marked
+    source: str = "README.md"  # the file, relative to the repository
+
+
+def nav_pages(config: Path) -> list[str]:
+    """The site's pages in the nav's order (paths under docs/), as mkdocs.yml lists them."""
+    pages: list[str] = []
+
+    def walk(entry: object) -> None:
+        if isinstance(entry, str):
+            pages.append(entry)
+        elif isinstance(entry, list):
+            for item in entry:
+                walk(item)
+        elif isinstance(entry, dict):
+            for value in entry.values():
+                walk(value)
+
+    walk(yaml.safe_load(config.read_text())["nav"])
+    return pages
+
+
+def documents() -> list[Path]:
+    """The README, then every page of the site that is a file here, in the nav's order."""
+    docs = REPO / "docs"
+    return [REPO / "README.md"] + [
+        docs / page for page in nav_pages(REPO / "mkdocs.yml") if page not in GENERATED_PAGES
+    ]
+
+
+def all_commands() -> list[Command]:
+    commands: list[Command] = []
+    for path in documents():
+        source = str(path.relative_to(REPO))
+        commands += [Command(c.line, c.text, c.not_run, source) for c in readme_commands(path.read_text())]
+    return commands
 
 
 def readme_commands(text: str) -> list[Command]:
-    """The README's curl and gluejobs commands, in order, with the marks that keep them from running."""
+    """A page's curl and gluejobs commands, in order, with the marks that keep them from running."""
     lines = text.splitlines()
     commands: list[Command] = []
     pending: str | None = None  # a mark alone on its line: for the block that follows
@@ -197,8 +236,20 @@ def readme_settings(settings: Settings, tmp_path: Path, glue_data: Path) -> Sett
     return settings.model_copy(update={"glue_dir": glue})
 
 
+def test_every_page_of_the_site_is_in_the_nav_and_there() -> None:
+    """The pages whose commands run are the site's: each page under docs/ is in the nav, and each nav
+    entry but the generated one is a file (mkdocs --strict says the same; this says it without mkdocs)."""
+    docs = REPO / "docs"
+    listed = set(nav_pages(REPO / "mkdocs.yml"))
+    on_disk = {str(p.relative_to(docs)) for p in docs.rglob("*.md")}
+    assert on_disk - listed == set(), "pages missing from mkdocs.yml's nav"
+    assert listed - on_disk == GENERATED_PAGES, "nav entries that are neither files nor generated"
+    sources = {c.source for c in all_commands()}
+    assert {"README.md", "docs/users/http-api.md", "docs/operators/fair-share.md"} <= sources, sources
+
+
 def test_the_readme_commands_run_as_written(readme_settings: Settings, tmp_path: Path) -> None:
-    commands = readme_commands((REPO / "README.md").read_text())
+    commands = all_commands()
     marked = [c for c in commands if c.not_run is not None]
     assert not [c for c in marked if not c.not_run], "a `not run` mark without its reason"
     to_run = [c for c in commands if c.not_run is None]
@@ -230,6 +281,7 @@ def test_the_readme_commands_run_as_written(readme_settings: Settings, tmp_path:
             )
             if run.returncode != 0:
                 failures.append(
-                    f"README.md:{command.line}: {command.text}\n  → {run.returncode}: {run.stderr[-600:]}"
+                    f"{command.source}:{command.line}: {command.text}\n"
+                    f"  → {run.returncode}: {run.stderr[-600:]}"
                 )
     assert not failures, "\n".join(failures)
