@@ -8,7 +8,9 @@ schema's fields) and `reference/openapi.json`. Nothing is fetched: no CDN, no ne
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +22,7 @@ from mkdocs.structure.files import File, Files
 PAGE = "reference/api.md"
 SCHEMA_FILE = "reference/openapi.json"
 METHODS = ("get", "post", "put", "patch", "delete")
+CODE_SPAN = re.compile(r"(`[^`]*`)")
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -163,8 +166,10 @@ def _type(schema: dict[str, Any]) -> str:
 
 def _cell(text: str) -> str:
     """Text in a table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _text(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def _text(text: str) -> str:
-    return str(text).strip()
+    """The schema's prose as Markdown shows it: `<owner>` outside code spans is text, not an HTML tag."""
+    parts = CODE_SPAN.split(str(text).strip())
+    return "".join(part if part.startswith("`") else html.escape(part, quote=False) for part in parts)
