@@ -46,7 +46,14 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.harness import QUIET_API, bench_settings, percentile, run_folder, scratch_postgres  # noqa: E402
+from bench.harness import (  # noqa: E402
+    QUIET_API,
+    bench_settings,
+    load_average,
+    percentile,
+    run_folder,
+    scratch_postgres,
+)
 from gluejobs.stack import local_stack  # noqa: E402
 from shared import api_keys, jobs_repo  # noqa: E402
 from shared.db import Database  # noqa: E402
@@ -63,6 +70,9 @@ LEASE_S = 24 * 3600.0
 # Reads one key may make a minute: far above what the crowd makes, so that nothing is refused.
 READS_PER_MINUTE = 1_000_000
 FLOOR = REPO.parent / "shared" / "tools" / "bare_api_floor.py"
+# The floor's requests (after as many to warm it up): a loaded machine's pollers make a few hundred
+# in CROWD_SECONDS, so more would only lengthen the run.
+FLOOR_REQUESTS = 1500
 
 
 def fill(db: Database, rows: int) -> Claim:
@@ -132,6 +142,7 @@ async def streams(
     job_id = claim.job_id
     committed: dict[int, float] = {}  # step → when its row was committed
     lags: list[float] = []
+    first_seen: dict[int, float] = {}  # step → when the first of the streams received it
     ready = asyncio.Event()
     opened = 0
 
@@ -150,7 +161,9 @@ async def streams(
                 elif line.startswith("data: ") and event == "metric":
                     step = json.loads(line[6:])["step"]
                     if step in committed:
-                        lags.append((time.time() - committed[step]) * 1000)
+                        now = time.time()
+                        lags.append((now - committed[step]) * 1000)
+                        first_seen.setdefault(step, now)
                 elif line.startswith("data: ") and event == "end":
                     return
 
@@ -173,7 +186,15 @@ async def streams(
         base_url=base, timeout=httpx.Timeout(60, read=None), limits=limits, headers=headers
     ) as client:
         listeners = [asyncio.create_task(listen(client)) for _ in range(CLIENTS)]
-        await asyncio.wait_for(ready.wait(), 60)
+        # A stream the API refused ends its task with the error: raise it rather than wait for the
+        # 50th stream that will never open.
+        opening = asyncio.create_task(ready.wait())
+        await asyncio.wait([opening, *listeners], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        for listener in listeners:
+            if listener.done():
+                listener.result()
+        if not ready.is_set():
+            raise SystemExit(f"only {opened} of {CLIENTS} streams opened within 60 s")
         await asyncio.sleep(1.0)  # settled: every stream has made its first read
         stop = threading.Event()
         writer = threading.Thread(target=write, args=(stop,), daemon=True)
@@ -190,12 +211,17 @@ async def streams(
         with db.session() as session:
             jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         await asyncio.wait_for(asyncio.gather(*listeners), 30)
+    first = [(seen - committed[step]) * 1000 for step, seen in first_seen.items()]
     return {
         "streams": CLIENTS,
         "rows_written": len(committed),
         "rows_delivered": len(lags),
         "stream_lag_p50_ms": percentile(lags, 0.50),
         "stream_lag_p99_ms": percentile(lags, 0.99),
+        # The first of the 50 to receive each row: the reader's wake-up and read, before the fan-out
+        # and this process's own parsing of 50 copies (which a starved client adds to the lag).
+        "first_stream_lag_p50_ms": percentile(first, 0.50),
+        "first_stream_lag_p99_ms": percentile(first, 0.99),
         "api_cpu_percent_per_stream": round(100 * cpu / elapsed / CLIENTS, 3),
         "api_cpu_percent_50_streams": round(100 * cpu / elapsed, 1),
     }
@@ -209,7 +235,8 @@ def floor_ms_per_poll() -> float:
     # Its output goes to a file, not a pipe: the floor's own server inherits its stdout, and a pipe it
     # held open would keep this call waiting after the script ended.
     with tempfile.TemporaryFile("w+") as output:
-        subprocess.run([sys.executable, str(FLOOR)], stdout=output, check=True, cwd=REPO, timeout=600)
+        command = [sys.executable, str(FLOOR), "--requests", str(FLOOR_REQUESTS)]
+        subprocess.run(command, stdout=output, check=True, cwd=REPO, timeout=600)
         output.seek(0)
         figures: dict[str, Any] = json.loads(output.read().strip().splitlines()[-1])
     return float(figures["api_cpu_ms_per_poll"])
@@ -230,6 +257,13 @@ def main() -> int:
     parser.add_argument(
         "--before", type=Path, default=None, help="another checkout whose API to measure first"
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run the API under cProfile (bench/profiled_api.py), measure the pollers alone, and write "
+        "the API's pstats there (its top functions go to the API's log, printed at the end)",
+    )
     args = parser.parse_args()
     for label, source in (("before", args.before), ("after", None)):
         if label == "before" and source is None:
@@ -247,7 +281,10 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
         url = None
         if args.postgres:
             url = cleanup.enter_context(scratch_postgres(args.postgres, f"bench_poll_{os.getpid()}"))
-        settings = bench_settings(root, database_url=url, rate_reads_per_minute=READS_PER_MINUTE)
+        # 50 streams of one key: above the default cap (20 per key), which would refuse 30 of them.
+        settings = bench_settings(
+            root, database_url=url, rate_reads_per_minute=READS_PER_MINUTE, max_streams_per_key=CLIENTS
+        )
         db = Database(settings.database_url)
         cleanup.callback(db.dispose)
         upgrade(db)
@@ -257,15 +294,26 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
             )
         small_claim, large_claim = fill(db, 10), fill(db, args.rows)
         # --app-dir: the checkout's modules come first on the API's path.
-        command = (*QUIET_API, "--app-dir", str(source or REPO))
+        command: tuple[str, ...] = (*QUIET_API, "--app-dir", str(source or REPO))
+        if args.profile:  # the same uvicorn arguments, under the profiler
+            profiled = (sys.executable, str(REPO / "bench" / "profiled_api.py"), str(args.profile), "--")
+            command = (*profiled, *command[3:])
         with local_stack(
             settings, logs=root / "logs", workers=0, migrate=False, api_command=command
         ) as stack:
             assert stack.api is not None
             headers = {"Authorization": f"Bearer {secret}"}
-            return measure(
-                stack.url, headers, db, psutil.Process(stack.api.pid), small_claim, large_claim, args
-            )
+            server = psutil.Process(stack.api.pid)
+            if not args.profile:
+                return measure(stack.url, headers, db, server, small_claim, large_claim, args)
+            large = large_claim.job_id
+            first = httpx.get(
+                f"{stack.url}/v1/jobs/{large}/metrics", params={"limit": 1}, headers=headers
+            ).json()["data"][0]["id"]
+            figures = asyncio.run(pollers(stack.url, headers, large, first + args.rows - 11, server))
+        # The API has ended (its profile written): its log holds the top functions.
+        print((root / "logs" / "api.log").read_text(), file=sys.stderr)
+        return {"benchmark": "api-polling", "database": db.dialect, "profiled": str(args.profile), **figures}
 
 
 def measure(
@@ -293,15 +341,25 @@ def measure(
         last_metric = first_id + args.rows - 1
         last_event = client.get(f"/v1/jobs/{large.job_id}/events").json()["data"][-1]["id"]
     figures["machine_load_1min"] = round(os.getloadavg()[0], 1)
+    note("single-client reads", figures)
     floor_before = floor_ms_per_poll()
+    note("floor (before)", floor_before)
     figures.update(asyncio.run(pollers(base, headers, large.job_id, last_metric - 10, server)))
+    note("pollers", figures)
     floor_after = floor_ms_per_poll()
+    note("floor (after)", floor_after)
     floor = (floor_before + floor_after) / 2
     figures["floor_api_cpu_ms_per_poll"] = round(floor, 2)
     figures["floor_before_after_ms"] = [round(floor_before, 2), round(floor_after, 2)]
     figures["api_cpu_per_poll_over_floor"] = round(float(figures["api_cpu_ms_per_poll"]) / floor, 2)
     figures.update(asyncio.run(streams(base, headers, db, large, f"{last_metric}.{last_event}", server)))
+    figures["load_average"] = load_average()
     return figures
+
+
+def note(phase: str, figures: object) -> None:
+    """Progress on stderr, so that a run that stops shows where."""
+    print(f"[{time.strftime('%H:%M:%S')}] {phase}: {json.dumps(figures)}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
