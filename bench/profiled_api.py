@@ -12,6 +12,7 @@ from __future__ import annotations
 import cProfile
 import pstats
 import runpy
+import signal
 import sys
 import threading
 from typing import Any
@@ -34,6 +35,9 @@ def main() -> None:
     out, separator, *uvicorn_args = sys.argv[1:]
     if separator != "--":
         raise SystemExit("usage: profiled_api.py PATH -- UVICORN ARGS")
+    # uvicorn re-raises the SIGTERM it shut down on, with the handler it found: this one, so that the
+    # process ends through SystemExit below (and writes its profile) rather than dying of the signal.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.setprofile(_profile_this_thread)
     loop = cProfile.Profile()
     _profilers.append(loop)
