@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -279,7 +280,14 @@ def floor_ms_per_poll() -> float:
         # pipe it held open would keep this call waiting after the script ended.
         with tempfile.TemporaryFile("w+") as output:
             command = [sys.executable, str(FLOOR), "--requests", str(FLOOR_REQUESTS)]
-            finished = subprocess.run(command, stdout=output, cwd=REPO, timeout=600)
+            # A session of its own: a floor that fails leaves its server running; its group goes.
+            floor = subprocess.Popen(command, stdout=output, cwd=REPO, start_new_session=True)
+            try:
+                floor.wait(600)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(floor.pid, signal.SIGTERM)
+            finished = floor
             if finished.returncode == 0:
                 output.seek(0)
                 figures: dict[str, Any] = json.loads(output.read().strip().splitlines()[-1])
