@@ -14,7 +14,10 @@ and any wait for a CPU on either side), so a claim splits into `sql_ms` (its sta
 rest (Python, the commit, the worker's own wait for a core); `statements` counts its round trips.
 Then the first claim's statements are run again under EXPLAIN ANALYZE on the drained database (one
 connection, nothing else running, rolled back): `server_ms` is what Postgres itself spends executing
-and planning them. With `--workers 1` the same figures show a claim without competition.
+and planning them. `worker_cpu_p50_ms` is the worker process's own CPU per claim (process_time) and
+`claim_cpu_share_p50` the median share of a claim's wall time that was its own CPU: what remains is
+waiting (for Postgres's answer, for a lock, or for a core). With `--workers 1` the same figures show
+a claim without competition.
 
     python bench/claim_bench.py
     python bench/claim_bench.py --jobs 10000 --owners 20 --workers 8 --claims 2000 \
@@ -27,6 +30,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -94,7 +98,7 @@ def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> N
     with db.session() as session:
         for _ in range(claims):
             statements.clear()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             job = jobs_repo.claim_next(
                 session, worker_id=worker, lease_s=60, max_processes=1, capacity=1, policy=policy
             )
@@ -103,6 +107,7 @@ def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> N
                     (time.perf_counter() - started) * 1000,
                     sum(s for *_, s in statements) * 1000,
                     len(statements),
+                    (time.process_time() - cpu_started) * 1000,
                 )
             )
             if not first:
@@ -162,8 +167,9 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
             explained = server_ms(url, results[0][1])
         finally:
             db.dispose()
-    latencies = [total for total, _, _ in timings]
-    sql = [statements_ms for _, statements_ms, _ in timings]
+    latencies = [total for total, *_ in timings]
+    sql = [statements_ms for _, statements_ms, *_ in timings]
+    cpu = [cpu_ms for *_, cpu_ms in timings]
     return {
         "fair_share": fair_share,
         "queued_jobs": args.jobs,
@@ -173,10 +179,15 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
         "claim_p50_ms": percentile(latencies, 0.5),
         "claim_p99_ms": percentile(latencies, 0.99),
         "claims_per_s": round(len(latencies) / elapsed, 1),
-        "statements_per_claim": round(sum(n for *_, n in timings) / len(timings), 2),
+        "statements_per_claim": round(sum(n for _, _, n, _ in timings) / len(timings), 2),
         "sql_p50_ms": percentile(sql, 0.5),
         "sql_p99_ms": percentile(sql, 0.99),
-        "outside_sql_p50_ms": percentile([t - s for t, s, _ in timings], 0.5),
+        "outside_sql_p50_ms": percentile([t - s for t, s, *_ in timings], 0.5),
+        # The worker's own CPU per claim: the rest of a claim's time is waiting, for Postgres (its
+        # own CPU is server_ms) or for a core (8 workers and Postgres share two).
+        "worker_cpu_p50_ms": percentile(cpu, 0.5),
+        "worker_cpu_p99_ms": percentile(cpu, 0.99),
+        "claim_cpu_share_p50": round(statistics.median(c / t for t, _, _, c in timings if t > 0), 3),
         "server_ms": explained[0],
         "server_ms_each": explained[1],
         "load_average": load_average(),

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import outage
@@ -54,6 +55,11 @@ logger = logging.getLogger(__name__)
 
 # A request waits this long for an unreachable store before it gets 503 (a worker waits longer).
 API_STORE_RETRY_S = 10.0
+# Postgres: the API's connections, all kept open. SQLAlchemy's default (5 kept, 10 more as needed)
+# closed every connection above 5 as it came back, so 50 pollers made the API open a new
+# connection (psycopg's connect and a server fork) for most polls: 30 connects for 51 polls in a
+# profile of bench/api_polling.py. The same ceiling of 15 as before, none of them reopened.
+API_POSTGRES_POOL = {"pool_size": 15, "max_overflow": 0}
 
 
 def key_ring(settings: Settings, db: Database) -> KeyRing:
@@ -117,6 +123,11 @@ async def forget_keys_after_changes(request: Request) -> AsyncIterator[None]:
         request.app.state.keys.forget_stored()
 
 
+def api_pool(url: str) -> dict[str, int]:
+    """The API engine's pool settings: API_POSTGRES_POOL on Postgres, SQLAlchemy's defaults else."""
+    return API_POSTGRES_POOL if make_url(url).get_backend_name() == "postgresql" else {}
+
+
 def create_app(
     settings: Settings | None = None, db: Database | None = None, *, host: str | None = None
 ) -> FastAPI:
@@ -135,7 +146,7 @@ def create_app(
         lifespan=_lifespan,
     )
     app.state.settings = settings
-    app.state.db = db or Database(settings.database_url)
+    app.state.db = db or Database(settings.database_url, **api_pool(settings.database_url))
     app.state.store = open_store(settings, retry_s=min(settings.storage_retry_s, API_STORE_RETRY_S))
     app.state.outage = outage.watch(app.state.db.engine)
     sweep_orphan_uploads(settings, app.state.db, app.state.store)

@@ -30,6 +30,7 @@ from worker.training import run_training
 JOB_ID = 1
 EVERY = 4  # a checkpoint every 4 steps of the 16 (32 rows, batch 2)
 WAIT_S = 120.0  # how long a held upload waits for what it waits for before it gives up
+SPAWN_WAIT_S = 600.0  # how long the kill test waits for its spawned process to reach the upload
 
 
 def _spec() -> Any:
@@ -150,10 +151,17 @@ def test_a_process_killed_during_an_upload_resumes_from_the_last_declared_checkp
     )
     process.start()
     try:
-        deadline = time.monotonic() + WAIT_S
+        # A spawned process imports torch and transformers before its first step: minutes on a loaded
+        # machine, hence a longer wait than a held upload's.
+        started = time.monotonic()
+        deadline = started + SPAWN_WAIT_S
         while not (tmp_path / "uploading").exists() and process.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert (tmp_path / "uploading").exists(), "the job never started uploading checkpoint-8"
+        assert (tmp_path / "uploading").exists(), (
+            f"the job never started uploading checkpoint-8 (process alive: {process.is_alive()}, "
+            f"exit code {process.exitcode}, waited {time.monotonic() - started:.0f} s, "
+            f"declared {declared_file.read_text().split()})"
+        )
         assert process.pid is not None
         os.kill(process.pid, signal.SIGKILL)
     finally:

@@ -2,7 +2,7 @@
 processes share one database (SQLite, Postgres), and one key's burst over its limit gets 429
 `rate_limited` with Retry-After whichever process it reaches; reads and writes are counted apart;
 the Python client waits as asked and gets through; a key's open streams are capped across
-processes, and a closed stream frees its slot."""
+processes, and a closed stream frees its slot; cursor polls with a stored key take no write lock."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from sqlalchemy import func, insert, select
 
 from gluejobs._types import ApiError
 from gluejobs.client import Client, RetryPolicy
-from service.auth import KeyRing
-from service.rate_limits import STALE_S, WINDOW_S
+from service.auth import KEY_CACHE_S, KeyRing
+from service.rate_limits import FLUSH_S, STALE_S, WINDOW_S
+from shared import api_keys, jobs_repo
 from shared.db import WRITE_OPTION, Database
-from shared.models import Job, OpenStream, RateWindow, utcnow
+from shared.jobs_repo import Claim, MetricRow
+from shared.models import Job, KeyRole, OpenStream, RateWindow, utcnow
 from tests.e2e import api_process, live_api, wait_for
 
 ALICE = "alice-rate-limit-key-0001"
@@ -174,4 +176,45 @@ def test_one_key_holds_at_most_its_cap_of_open_streams_across_processes(
         wait_for(lambda: open_rows(alice) == 1, timeout_s=30)
         assert stream(two, mine, ALICE).status_code == 200
         assert open_rows(alice) == 2
+    db.dispose()
+
+
+def test_cursor_polls_with_a_stored_key_take_no_write_lock(settings_factory: Any, sqlite_url: str) -> None:
+    """A dashboard's polls (GET /metrics?after=) with a key made over the API, for longer than the
+    key cache's bound (the key is looked up again) and the read counts' flush interval, while another
+    connection holds SQLite's write lock: every poll is answered, so none needed the lock (with a
+    0.2 s busy timeout, one that did would get 503). The counts wait for the lock; none is lost."""
+    db = Database(sqlite_url)
+    with db.session() as session:
+        _, secret = api_keys.create_key(
+            session, owner="alice", role=KeyRole.user, name="poller", expires_at=None, actor=None
+        )
+        job = jobs_repo.create_job(session, spec=SPEC, owner="alice")
+        claimed = jobs_repo.claim_next(session, worker_id="w", lease_s=3600)
+        assert claimed is not None and claimed.id == job.id
+        rows = [MetricRow(epoch=0.0, step=s, split="train", name="loss", value=1.0) for s in range(20)]
+        jobs_repo.add_metrics(session, job_id=job.id, rows=rows, claim=Claim(job.id, "w", claimed.attempts))
+    settings = settings_factory(f"{sqlite_url}?timeout=0.2")
+    path = f"/v1/jobs/{job.id}/metrics"
+    with live_api(settings) as http, db.engine.connect().execution_options(**{WRITE_OPTION: True}) as holder:
+        # The first request writes the key's last_used_at (once a minute at most): before the lock.
+        first = http.get(path, params={"limit": 1}, headers=auth(secret))
+        assert first.status_code == 200, first.text
+        cursor = first.json()["data"][0]["id"]
+        polls = []
+        with holder.begin():  # BEGIN IMMEDIATE: SQLite's one write lock, held by this connection
+            deadline = time.monotonic() + max(KEY_CACHE_S, FLUSH_S) * 2.5
+            while time.monotonic() < deadline:
+                polls.append(http.get(path, params={"after": cursor, "limit": 5}, headers=auth(secret)))
+                time.sleep(0.05)
+            assert [p.status_code for p in polls] == [200] * len(polls), [p.text for p in polls[-3:]]
+            assert [m["step"] for m in polls[-1].json()["data"]] == [1, 2, 3, 4, 5]
+
+        # Lock released: the counts kept in memory reach the table with the next flush.
+        def counted() -> int:
+            with db.engine.connect() as connection:
+                reads = select(func.sum(RateWindow.count)).where(RateWindow.bucket.like("r:%"))
+                return int(connection.scalar(reads) or 0)
+
+        wait_for(lambda: counted() >= 1 + len(polls), timeout_s=10)
     db.dispose()

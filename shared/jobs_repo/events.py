@@ -28,17 +28,20 @@ def _transition(
     level: str = "info",
     data: dict[str, Any] | None = None,
     attempt: int | None = None,
+    locked: bool = False,
 ) -> None:
     """Move `job` (locked by the caller, inside its write transaction) to status `to`, and write the
     state event that says so (the live stream and the clients read the status from it). Every
     status change is written here; the claim's single UPDATE statement makes its change itself and
     calls this for the event. A finished job gets its finished_at, and its webhook events are queued
-    in the same transaction (shared/webhooks), so that none is lost."""
+    in the same transaction (shared/webhooks), so that none is lost. `locked`: the caller's own
+    statement took the row lock this transaction (the claim's UPDATE, finish_job's SELECT … FOR
+    UPDATE), so the event need not ask for it again (one round trip fewer per claim and per end)."""
     job.status = to
     if to.is_terminal:
         job.finished_at = now or utcnow()
     event = {"status": to, **(data or {})}
-    _event(session, job.id, STATE, message, level=level, data=event, attempt=attempt)
+    _event(session, job.id, STATE, message, level=level, data=event, attempt=attempt, locked=locked)
     if to.is_terminal:
         job_finished(session, job)
 
@@ -53,11 +56,14 @@ def _event(
     data: dict[str, Any] | None = None,
     attempt: int | None = None,
     dedup_key: str | None = None,
+    locked: bool = False,
 ) -> None:
-    # The job's row lock first (a no-op where the caller holds it): one job's events then commit in
-    # id order on Postgres too, so a cursor (`after=`, the live stream) never steps over an event
-    # that commits late. SQLite's single writer gives that order anyway.
-    session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
+    # The job's row lock first (a no-op where the caller holds it; `locked`: it does, skip the round
+    # trip): one job's events then commit in id order on Postgres too, so a cursor (`after=`, the
+    # live stream) never steps over an event that commits late. SQLite's single writer gives that
+    # order anyway.
+    if not locked:
+        session.execute(select(Job.id).where(Job.id == job_id).with_for_update())
     notify_rows(session, job_id)  # the live streams hear of it once this commits
     row = {
         "job_id": job_id,

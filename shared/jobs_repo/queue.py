@@ -151,6 +151,7 @@ def _claim_first(
                 f"claimed by worker {worker_id} (attempt {job.attempts} of {job.max_attempts})",
                 data={"worker_id": worker_id, "attempt": job.attempts},
                 attempt=job.attempts,
+                locked=True,  # the UPDATE above holds the row
             )
     return job
 
@@ -243,6 +244,7 @@ def finish_job(
             f"job {status}{code}" + (f": {error}" if error else ""),
             level="error" if status == JobStatus.failed else "info",
             data={"error_code": code.strip(" []") or (ErrorCode.pruned.value if pruned else None)},
+            locked=True,  # _current took the row lock
         )
     return True
 
