@@ -45,7 +45,7 @@ class CliError(Exception):
 
 
 class _OneLineRefusals:
-    """parse_args of a command or group, with click's refusals reworded as argparse worded them."""
+    """parse_args of a command or group, with an unknown option refused as argparse worded it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         words = list(args)  # click's parser takes its words off `args` as it goes
@@ -53,8 +53,6 @@ class _OneLineRefusals:
             rest: list[str] = super().parse_args(ctx, args)  # type: ignore[misc]
         except click.NoSuchOption as exc:
             raise click.UsageError(_unrecognized(words, exc.option_name, _options(ctx)), ctx) from None
-        if ctx.args and not isinstance(self, click.Group):
-            raise click.UsageError(_unrecognized(ctx.args, None, _options(ctx)), ctx)
         return rest
 
 
@@ -66,12 +64,17 @@ class Command(_OneLineRefusals, click.Command):
         kwargs["context_settings"] = {"allow_extra_args": True, **(kwargs.get("context_settings") or {})}
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        if ctx.args:
+            raise click.UsageError(_unrecognized(ctx.args, None, _options(ctx)), ctx)
+        return rest
+
 
 class Group(_OneLineRefusals, click.Group):
-    """A group of gluejobs commands (its commands and subgroups are of these classes too)."""
+    """A group of gluejobs commands (`@group.command()` makes a Command)."""
 
     command_class = Command
-    group_class = type  # a subgroup of a Group is a Group
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # A group named alone is a mistake said in one line, as any other (not a screen of help).
