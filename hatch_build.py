@@ -47,8 +47,8 @@ def shared_imports(source: str, *, module_level_only: bool) -> set[str]:
 def client_closure(root: Path) -> set[str]:
     """The shared modules the client's modules need, directly or through each other."""
     wanted: set[str] = set()
-    for path in (root / "gluejobs").glob("*.py"):
-        if path.name not in SERVER_SIDE:
+    for path in (root / "gluejobs").rglob("*.py"):  # its subpackages (gluejobs/cli/) too
+        if path.name not in SERVER_SIDE and "__pycache__" not in path.parts:
             wanted |= shared_imports(path.read_text(), module_level_only=True)
     closure: set[str] = set()
     while wanted:
@@ -79,7 +79,7 @@ class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
             relative = path.relative_to(root)
             if not path.is_file() or SKIPPED & set(relative.parts) or path.suffix == ".pyc":
                 continue
-            if path.suffix == ".py" and path.name not in SERVER_SIDE and len(relative.parts) == 2:
+            if path.suffix == ".py" and path.name not in SERVER_SIDE:
                 text = point_at_private_copy(path.read_text(), module_level_only=True)
                 include[str(self._write(relative, text))] = relative.as_posix()
             else:

@@ -1,26 +1,16 @@
-"""Jobs for people: the columns of `gluejobs ls`, the summary of `gluejobs show`, a rerun's comparison."""
+"""Jobs for people: the columns of `gluejobs ls`, the summary of `gluejobs show`, a rerun's comparison,
+and the plan `gluejobs submit --dry-run` prints."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from gluejobs.client import Checkpoint, Client, Job
-from gluejobs.output import aligned, print_json, print_warnings, text
-from gluejobs.watch import watch_job
+from gluejobs.client import Checkpoint, Job
+from gluejobs.output import aligned, text, when
 
 LS_COLUMNS = ("id", "status", "task", "model", "metric", "progress", "duration", "created")
 LS_RIGHT = frozenset({"id", "metric"})
-
-
-def created(client: Client, job: Job, *, json_output: bool, watch: bool, what: str = "queued") -> int:
-    """A job a command created: its line (or its JSON) and its warnings; then, with `watch`, its run."""
-    if json_output:
-        print_json(job.raw)
-    else:
-        print(f"job {job.id} {what} (seed {job.spec.get('seed')})")
-    print_warnings(job.warnings)
-    return watch_job(client, job.id) if watch else 0
 
 
 def ls_row(job: Job) -> list[str]:
@@ -160,5 +150,68 @@ def duration(job: Job) -> str:
     )
 
 
-def when(moment: datetime | None) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else ""
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """`gluejobs submit --dry-run`: the API's plan (data, schedule, tokens, memory), a line each."""
+    spec = plan["spec"]
+    source = spec.get("task_name") or spec.get("train_file")
+    lines = [f"plan for {source} on {spec['model_name_or_path']} (seed {spec['seed']}); nothing was stored"]
+    for name, split in plan["data"]["splits"].items():
+        labels = split.get("label_counts") or split.get("score_range") or {}
+        shown = ", ".join(f"{k} {v}" for k, v in labels.items())
+        lines.append(
+            f"  data {name:<15} {split['where']}: {split['rows']} rows, {split['rows_used']} used"
+            + (f"; {shown}" if shown else "")
+        )
+    for name, split in plan["data"]["predict"].items():
+        lines.append(f"  predict {name:<12} {split['where']}: {split['rows']} rows")
+    for item in plan["data"]["unread"]:
+        lines.append(f"  not read here     {item} (the worker reads it)")
+    lines.append("  " + _schedule_line(plan["schedule"], spec))
+    lines.append("  " + _tokens_line(plan["tokens"]))
+    lines.append("  " + _memory_line(plan["memory"]))
+    lines += [f"  warning: {w}" for w in plan["warnings"]]
+    return lines
+
+
+def _schedule_line(schedule: dict[str, Any], spec: dict[str, Any]) -> str:
+    if schedule["status"] != "known":
+        return f"schedule: unknown ({schedule['reason']})"
+    steps = ", ".join(map(str, schedule["evaluation_steps"]))
+    # The epochs asked for (2.5), unless max_train_steps decides: then the epochs the steps span.
+    epochs = (
+        schedule["epochs"]
+        if spec.get("max_train_steps")
+        else spec.get("num_train_epochs", schedule["epochs"])
+    )
+    return (
+        f"schedule: {schedule['steps_per_epoch']} steps/epoch × {epochs} epochs = "
+        f"{schedule['total_optimizer_steps']} optimizer steps ({schedule['samples_per_optimizer_step']} "
+        f"samples each), warmup {schedule['warmup_steps']}, {schedule['evaluations']} evaluations"
+        + (f" at steps {steps}" if steps else "")
+        + f", {schedule['checkpoints']} checkpoints"
+    )
+
+
+def _tokens_line(tokens: dict[str, Any]) -> str:
+    if tokens["status"] != "measured":
+        return f"tokens: unknown ({tokens['reason']})"
+    train = tokens["train"]
+    padding = train["padding"]
+    schemes = ", ".join(
+        f"{name} {padding[name]['padding_percent']}%"
+        for name in ("dynamic", "group_by_length", "pad_to_max_length")
+    )
+    return (
+        f"tokens: train longest {train['longest']}, mean {train['mean']} ({train['sample']}, "
+        f"{train['truncated_rows']} truncated); padding {schemes} (this job: {padding['used']})"
+    )
+
+
+def _memory_line(memory: dict[str, Any]) -> str:
+    if memory["status"] != "estimated":
+        return f"memory: unknown ({memory['reason']})"
+    return (
+        f"memory: ~{memory['total_gib']} GiB per process ({memory['precision']}, batch {memory['batch']} × "
+        f"{memory['sequence_length']} tokens, {memory['trainable_parameters']:,} trainable of "
+        f"{memory['parameters']:,} parameters)"
+    )

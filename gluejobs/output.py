@@ -1,5 +1,6 @@
 """How the `gluejobs` command prints: errors as one line, `--json` as one document, key/value blocks
-aligned, and a closed pipe (`gluejobs ls | head`) as the reader's wish rather than a traceback."""
+aligned, every moment in one format, and a closed pipe (`gluejobs ls | head`) as the reader's wish
+rather than a traceback."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from gluejobs.client import ApiError
@@ -61,6 +63,17 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, right: Colle
 def text(value: Any) -> str:
     """A value as a person reads it: text as it is, anything else as JSON (true, null, [1, 2])."""
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def when(moment: datetime | None) -> str:
+    """Every moment the command prints, in one format: ISO 8601 in UTC to the second
+    (2026-03-01T14:05:09Z). The same on every machine and in every time zone, the instant the API's
+    JSON gives, sortable as text, and one word for `awk` and `cut`; "-" when there is none."""
+    if moment is None:
+        return "-"
+    if moment.tzinfo is None:  # the API's moments are UTC; one without an offset is read as such
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def closed_pipe() -> int:

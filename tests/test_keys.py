@@ -355,7 +355,8 @@ def test_the_keys_commands(keyed: Settings, db: Database, capsys: pytest.Capture
         assert code == 2 and err.startswith("gluejobs keys: ") and "revoked" in err
         assert [k["id"] for k in json.loads(cli("keys", "ls", "--all", "--json")[1])] == [1, 2]
         code, out, _ = cli("audit")
-        assert code == 0 and out.splitlines()[1].split()[4:6] == ["key.revoke", "key"]
+        # id, when (one word: ISO 8601 UTC), actor, action, target
+        assert code == 0 and out.splitlines()[1].split()[3:5] == ["key.revoke", "key"]
         assert [e["action"] for e in json.loads(cli("audit", "--json")[1])][-1] == "key.create"
         code, _, err = cli("keys", "create", "two words")
         assert code == 2 and "owner" in err

@@ -150,10 +150,10 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     # The shared/ modules its command line reads, as a private copy that imports nothing named shared.
     assert {"gluejobs/_shared/spec.py", "gluejobs/_shared/suggest.py"} <= names
     with zipfile.ZipFile(wheels["gluejobs"]) as archive:
-        for name in ("gluejobs/arguments.py", "gluejobs/script_args.py", "gluejobs/_shared/spec.py"):
+        for name in ("gluejobs/cli/base.py", "gluejobs/script_args.py", "gluejobs/_shared/spec.py"):
             code = archive.read(name).decode()
             assert "from gluejobs._shared" in code and not re.search(r"^(from|import) shared\b", code, re.M)
-    assert required(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml"}
+    assert required(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml", "click"}
 
     # `pip install gluejobs-server`: the API, the workers, the migrations, the dashboard, the metric.
     names, required = wheel_contents(wheels["gluejobs_server"])

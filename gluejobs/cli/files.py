@@ -9,47 +9,61 @@ already holds every such file.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections.abc import Callable
 from typing import Any
 
+import click
+
 from gluejobs._files import PURPOSE_OF_FIELD, LocalFile, is_local_file
+from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
 from gluejobs.client import Client, FileInfo
-from gluejobs.output import print_json
-
-AddClientCommand = Callable[..., argparse.ArgumentParser]
 
 
-def add_commands(commands: Any, client_command: AddClientCommand) -> None:
-    files = commands.add_parser("files", help="uploaded data files: ls, upload, rm")
-    actions = files.add_subparsers(dest="files_command", required=True)
-    ls = client_command(actions, "ls", help="your uploaded files, newest first")
-    ls.add_argument("--json", action="store_true", help="the files as one JSON list")
-    upload = client_command(actions, "upload", help="upload a data file (not sent again if the API has it)")
-    upload.add_argument("path")
-    upload.add_argument("--purpose", choices=tuple(PURPOSE_OF_FIELD.values()), default="train")
-    upload.add_argument("--task-name", help="check its labels against this GLUE task")
-    remove = client_command(actions, "rm", help="delete an uploaded file (refused while a job uses it)")
-    remove.add_argument("file_id")
+@click.group("files", cls=Group)
+def files() -> None:
+    """Uploaded data files: ls, upload, rm.
+
+    A job names one by its id (or `gluejobs submit --train_file ./mine.csv` uploads it first)."""
 
 
-def run_files(args: argparse.Namespace, client: Client) -> int:
-    if args.files_command == "ls":
-        files = list(client.files.list())
-        if args.json:
-            print_json([file.raw for file in files])
-        else:
-            print("\n".join(_line(file) for file in files) if files else "no files")
-        return 0
-    if args.files_command == "upload":
-        file = client.files.create(args.path, purpose=args.purpose, task_name=args.task_name)
-        print(_line(file))
-        return 0
-    client.files.delete(args.file_id)
-    print(f"{args.file_id} deleted")
-    return 0
+@files.command("ls", cls=ClientCommand, json="the files (a list)")
+def ls(api: Invocation) -> None:
+    """Your uploaded files, newest first.
+
+    Each: id, name, size, rows, digest, labels."""
+    with api.client() as client:
+        found = list(client.files.list())
+    api.show([file.raw for file in found], [_line(file) for file in found] or "no files")
+
+
+@files.command("upload", cls=ClientCommand, json="the file")
+@click.argument("path")
+@click.option(
+    "--purpose",
+    type=Choice(tuple(PURPOSE_OF_FIELD.values())),
+    default="train",
+    show_default=True,
+    help="Which split the file holds (its checks depend on it).",
+)
+@click.option("--task-name", help="Check its labels against this GLUE task.")
+def upload(api: Invocation, path: str, purpose: str, task_name: str | None) -> None:
+    """Upload a data file (not sent again if the API has it).
+
+    CSV, JSON lines or TSV; it is hashed first, and not sent when the API holds those bytes already."""
+    with api.client() as client:
+        file = client.files.create(path, purpose=purpose, task_name=task_name)
+    api.show(file.raw, _line(file))
+
+
+@files.command("rm", cls=ClientCommand)
+@click.argument("file_id", metavar="FILE")
+def remove(api: Invocation, file_id: str) -> None:
+    """Delete an uploaded file.
+
+    Refused while a queued or running job uses it."""
+    with api.client() as client:
+        client.files.delete(file_id)
+    print(f"{file_id} deleted")
 
 
 def _line(file: FileInfo) -> str:
@@ -73,23 +87,22 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
         task_name = spec.get("task_name")
         if not dry_run:
             file = client.files.create(value, purpose=purpose, task_name=task_name)
-            print(
-                f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)",
-                file=sys.stderr,
-            )
+            note(f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)")
             resolved[field] = file.id
             continue
         local = LocalFile.read(value)
         existing = local.reusable(client.files.list(sha256=local.sha256))
         if existing is not None:
             resolved[field] = existing.id
-            print(f"{field} {value}: the API has it already as {existing.id}", file=sys.stderr)
+            note(f"{field} {value}: the API has it already as {existing.id}")
             continue
         checked = client.files.check(value, purpose=purpose, task_name=task_name)
-        print(
+        note(
             f"{field} {value}: checked by the API, not uploaded (dry run): {json.dumps(checked['checks'])}, "
-            f"{checked['rows']} rows",
-            file=sys.stderr,
+            f"{checked['rows']} rows"
         )
         complete = False
     return resolved, complete
+
+
+COMMANDS = (files,)
