@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gluejobs._files import PURPOSE_OF_FIELD, LocalFile, is_local_file
+from gluejobs._files import COLUMN_FIELDS, PURPOSE_OF_FIELD, LocalFile, is_local_file
 from gluejobs.client import Client, FileInfo
 from gluejobs.output import print_json
 
@@ -31,8 +31,24 @@ def add_commands(commands: Any, client_command: AddClientCommand) -> None:
     upload.add_argument("path")
     upload.add_argument("--purpose", choices=tuple(PURPOSE_OF_FIELD.values()), default="train")
     upload.add_argument("--task-name", help="check its labels against this GLUE task")
+    add_column_options(upload)
     remove = client_command(actions, "rm", help="delete an uploaded file (refused while a job uses it)")
     remove.add_argument("file_id")
+
+
+def add_column_options(parser: argparse.ArgumentParser) -> None:
+    """The spec's column mapping as options (`--text_column` or `--text-column`, as `submit` takes it):
+    the upload's check reads its texts and labels from these columns."""
+    words = {
+        "text_column": "the column that holds the text",
+        "text_pair_column": "the column that holds a sentence pair's second text",
+        "label_column": "the column that holds the labels (default: label)",
+    }
+    for name, help_text in words.items():
+        flags = [f"--{name}", f"--{name.replace('_', '-')}"]
+        if name == "label_column":
+            flags += ["--target_column", "--target-column"]  # AutoTrain's name
+        parser.add_argument(*flags, dest=name, metavar="COLUMN", help=help_text)
 
 
 def run_files(args: argparse.Namespace, client: Client) -> int:
@@ -44,7 +60,8 @@ def run_files(args: argparse.Namespace, client: Client) -> int:
             print("\n".join(_line(file) for file in files) if files else "no files")
         return 0
     if args.files_command == "upload":
-        file = client.files.create(args.path, purpose=args.purpose, task_name=args.task_name)
+        columns = {name: getattr(args, name) for name in COLUMN_FIELDS}
+        file = client.files.create(args.path, purpose=args.purpose, task_name=args.task_name, columns=columns)
         print(_line(file))
         return 0
     client.files.delete(args.file_id)
@@ -71,8 +88,9 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
         if not isinstance(value, str) or not is_local_file(value):
             continue
         task_name = spec.get("task_name")
+        columns = {name: spec[name] for name in COLUMN_FIELDS if isinstance(spec.get(name), str)}
         if not dry_run:
-            file = client.files.create(value, purpose=purpose, task_name=task_name)
+            file = client.files.create(value, purpose=purpose, task_name=task_name, columns=columns)
             print(
                 f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)",
                 file=sys.stderr,
@@ -80,12 +98,12 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
             resolved[field] = file.id
             continue
         local = LocalFile.read(value)
-        existing = local.reusable(client.files.list(sha256=local.sha256))
+        existing = local.reusable(client.files.list(sha256=local.sha256), columns)
         if existing is not None:
             resolved[field] = existing.id
             print(f"{field} {value}: the API has it already as {existing.id}", file=sys.stderr)
             continue
-        checked = client.files.check(value, purpose=purpose, task_name=task_name)
+        checked = client.files.check(value, purpose=purpose, task_name=task_name, columns=columns)
         print(
             f"{field} {value}: checked by the API, not uploaded (dry run): {json.dumps(checked['checks'])}, "
             f"{checked['rows']} rows",
