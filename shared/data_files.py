@@ -238,14 +238,16 @@ def read_job_data(
         sources["train"] = train_split.table.fingerprint
     if test is not None:
         sources["test"] = test.table.fingerprint
-    fingerprint = digest(
-        {
-            "task": spec.task_name,
-            "max_train_samples": spec.max_train_samples,
-            "max_eval_samples": spec.max_eval_samples,
-            "sources": sources,
-        }
-    )
+    identity: dict[str, Any] = {
+        "task": spec.task_name,
+        "max_train_samples": spec.max_train_samples,
+        "max_eval_samples": spec.max_eval_samples,
+        "sources": sources,
+    }
+    columns = ColumnMapping.of(spec).as_dict()
+    if columns:  # other columns of the same file are other rows (and unmapped jobs keep their caches)
+        identity["columns"] = columns
+    fingerprint = digest(identity)
     return JobData(
         train=train_split,
         evals=evals,

@@ -221,6 +221,24 @@ def test_a_job_mapping_other_labels_than_its_upload_was_tallied_by_is_told_how(
         assert plan.status_code == 200, plan.text
         assert plan.json()["data"]["label_names"] == ["3", "4"]
 
+        # Sweeps and searches carry the mapping into every job (it is the spec's), and do not search it.
+        sweep = api.post("/v1/sweeps", json={"spec": spec, "seeds": [1, 2]})
+        assert sweep.status_code == 201, sweep.text
+        searched = {**spec, "eval_strategy": "epoch", "validation_file": file_id}
+        lr = {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}
+        search = api.post(
+            "/v1/searches", json={"spec": searched, "space": {"learning_rate": lr}, "n_trials": 2}
+        )
+        assert search.status_code == 201, search.text
+        for job_id in [*sweep.json()["job_ids"], *search.json()["job_ids"]]:
+            job_spec = api.get(f"/v1/jobs/{job_id}").json()["spec"]
+            assert (job_spec["text_column"], job_spec["label_column"]) == ("review", "stars")
+        over_columns = api.post(
+            "/v1/searches",
+            json={"spec": searched, "space": {"label_column": {"type": "categorical", "choices": ["stars"]}}},
+        )
+        assert over_columns.status_code == 422 and "cannot be searched" in over_columns.text
+
 
 # --- the command line ---------------------------------------------------------------------------------
 
