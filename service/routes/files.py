@@ -104,14 +104,16 @@ async def create_file(
     ] = False,
 ) -> FilePublic | FileCheck:
     """Upload a data file (multipart/form-data, the part `file`; optional fields `purpose` —
-    train, validation or test — and `task_name`). It is streamed to disk, never held in memory,
-    up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then checked, in a child process with memory and
-    CPU limits (at most GLUEJOBS_MAX_FILE_CHECKS at once: 429 past it), as a dry run checks a job's
-    data: its shape within GLUEJOBS_FILE_MAX_* (columns, bytes per cell and row, parquet row groups),
-    format, text columns, labels (present and of one type; fitting `task_name`'s task when given),
-    rows. A file that cannot serve as training data gets 422 naming the problem, and nothing is
-    kept. Stored by content: the same bytes are stored once; the same bytes sent again by you
-    answer 200 with the file you have.
+    train, validation or test —, `task_name`, and the column mapping a job spec takes: `text_column`,
+    `text_pair_column`, `label_column`, which the check reads the texts and labels from). It is
+    streamed to disk, never held in memory, up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then
+    checked, in a child process with memory and CPU limits (at most GLUEJOBS_MAX_FILE_CHECKS at
+    once: 429 past it), as a dry run checks a job's data: its shape within GLUEJOBS_FILE_MAX_*
+    (columns, bytes per cell and row, parquet row groups), format, text columns, labels (present and
+    of one type; fitting `task_name`'s task when given), rows. A file that cannot serve as training
+    data gets 422 naming the problem, and nothing is kept. Stored by content: the same bytes are
+    stored once; the same bytes sent again by you answer 200 with the file you have (sent again with
+    another column mapping, its checks are those of the new mapping).
     """
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_upload_bytes
