@@ -88,7 +88,8 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
         if not isinstance(value, str) or not is_local_file(value):
             continue
         task_name = spec.get("task_name")
-        columns = {name: spec[name] for name in COLUMN_FIELDS if isinstance(spec.get(name), str)}
+        named = {**spec, "label_column": spec.get("label_column", spec.get("target_column"))}  # its alias
+        columns = {name: named[name] for name in COLUMN_FIELDS if isinstance(named.get(name), str)}
         if not dry_run:
             file = client.files.create(value, purpose=purpose, task_name=task_name, columns=columns)
             print(
