@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -83,8 +84,10 @@ def main() -> int:
         if args.model == "tiny":
             save_tiny_bert(models / "bench-model", minilm())
         else:
+            # A copy, not a link: the API refuses a model folder that resolves outside
+            # GLUEJOBS_MODELS_DIR (shared/spec.py resolve_under follows links), as the package's is.
             models.mkdir(parents=True, exist_ok=True)
-            (models / "bench-model").symlink_to(minilm())
+            shutil.copytree(minilm(), models / "bench-model")
         load_before = os.getloadavg()
         results = {}
         with (

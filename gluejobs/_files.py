@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,8 @@ SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # API has checked and stored the whole file.
 UPLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, write=None, read=None)
 # Where each spec field's file is checked for: a test file may have no labels.
+# The spec's column mapping (shared/column_mapping.py), which an upload takes as form fields.
+COLUMN_FIELDS = ("text_column", "text_pair_column", "label_column")
 PURPOSE_OF_FIELD = {"train_file": "train", "validation_file": "validation", "test_file": "test"}
 
 
@@ -53,19 +55,43 @@ class LocalFile:
         """The caller's files with these bytes."""
         return Call("GET", "/v1/files", params={"sha256": self.sha256, "limit": 100})
 
-    def reusable(self, rows: Iterable[FileInfo]) -> FileInfo | None:
-        return next((row for row in rows if row.sha256 == self.sha256 and row.format == self.format), None)
+    def reusable(self, rows: Iterable[FileInfo], columns: Mapping[str, str] | None = None) -> FileInfo | None:
+        """The caller's file with these bytes, checked with this column mapping (a file checked with
+        another is sent again: the API then tallies its labels by the new one)."""
+        wanted = given_columns(columns)
+        return next(
+            (
+                row
+                for row in rows
+                if row.sha256 == self.sha256
+                and row.format == self.format
+                and (row.checks.get("columns") or {}) == wanted
+            ),
+            None,
+        )
 
-    def upload(self, *, purpose: str, task_name: str | None, dry_run: bool = False) -> Call:
+    def upload(
+        self,
+        *,
+        purpose: str,
+        task_name: str | None,
+        dry_run: bool = False,
+        columns: Mapping[str, str] | None = None,
+    ) -> Call:
         # Idempotent: the API answers the same bytes sent again by the same caller with the same file.
         return Call(
             "POST",
             "/v1/files",
             params=query(dry_run="true" if dry_run else None),
             upload=self.path,
-            form=query(purpose=purpose, task_name=task_name),
+            form=query(purpose=purpose, task_name=task_name, **given_columns(columns)),
             timeout=UPLOAD_TIMEOUT,
         )
+
+
+def given_columns(columns: Mapping[str, str | None] | None) -> dict[str, str]:
+    """The column mapping's fields that name a column (text_column, text_pair_column, label_column)."""
+    return {name: value for name, value in (columns or {}).items() if name in COLUMN_FIELDS and value}
 
 
 def is_local_file(value: object) -> bool:

@@ -538,17 +538,36 @@ class Files:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> FileInfo:
+    def create(
+        self,
+        path: Destination,
+        *,
+        purpose: str = "train",
+        task_name: str | None = None,
+        columns: Mapping[str, str] | None = None,
+    ) -> FileInfo:
         """Upload a data file for jobs to name by its id; hashed first, and not sent at all when the
         API already holds those bytes for you (your file with them is returned). Checked as it lands
-        (labels against `task_name`'s task when given): ApiError 422 naming the problem."""
+        (labels against `task_name`'s task when given; texts and labels from the columns `columns`
+        maps, {"text_column": "review", "label_column": "sentiment"}, as a spec maps them): ApiError
+        422 naming the problem."""
         local = LocalFile.read(path)
-        existing = local.reusable(self.list(sha256=local.sha256))
-        return existing or self._c._one(local.upload(purpose=purpose, task_name=task_name), FileInfo)
+        existing = local.reusable(self.list(sha256=local.sha256), columns)
+        call = local.upload(purpose=purpose, task_name=task_name, columns=columns)
+        return existing or self._c._one(call, FileInfo)
 
-    def check(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> Any:
+    def check(
+        self,
+        path: Destination,
+        *,
+        purpose: str = "train",
+        task_name: str | None = None,
+        columns: Mapping[str, str] | None = None,
+    ) -> Any:
         """The API's checks of a local file (rows, columns, labels), keeping nothing."""
-        call = LocalFile.read(path).upload(purpose=purpose, task_name=task_name, dry_run=True)
+        call = LocalFile.read(path).upload(
+            purpose=purpose, task_name=task_name, dry_run=True, columns=columns
+        )
         return self._c._send(call).json()
 
     def list(self, *, sha256: str | None = None, page_size: int = 100) -> Iterator[FileInfo]:
@@ -831,14 +850,29 @@ class AsyncFiles:
         self._c = client
 
     async def create(
-        self, path: Destination, *, purpose: str = "train", task_name: str | None = None
+        self,
+        path: Destination,
+        *,
+        purpose: str = "train",
+        task_name: str | None = None,
+        columns: Mapping[str, str] | None = None,
     ) -> FileInfo:
         local = LocalFile.read(path)
-        existing = local.reusable([row async for row in self.list(sha256=local.sha256)])
-        return existing or await self._c._one(local.upload(purpose=purpose, task_name=task_name), FileInfo)
+        existing = local.reusable([row async for row in self.list(sha256=local.sha256)], columns)
+        call = local.upload(purpose=purpose, task_name=task_name, columns=columns)
+        return existing or await self._c._one(call, FileInfo)
 
-    async def check(self, path: Destination, *, purpose: str = "train", task_name: str | None = None) -> Any:
-        call = LocalFile.read(path).upload(purpose=purpose, task_name=task_name, dry_run=True)
+    async def check(
+        self,
+        path: Destination,
+        *,
+        purpose: str = "train",
+        task_name: str | None = None,
+        columns: Mapping[str, str] | None = None,
+    ) -> Any:
+        call = LocalFile.read(path).upload(
+            purpose=purpose, task_name=task_name, dry_run=True, columns=columns
+        )
         return (await self._c._send(call)).json()
 
     def list(self, *, sha256: str | None = None, page_size: int = 100) -> AsyncIterator[FileInfo]:

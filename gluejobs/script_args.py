@@ -28,6 +28,7 @@ from typing import Any, TextIO, get_args, get_origin
 from pydantic import ValidationError
 
 from shared import error_words
+from shared.column_mapping import COLUMN_FIELDS
 from shared.spec import LORA_OPTIONS, JobSpec, spec_keys
 from shared.suggest import did_you_mean
 
@@ -302,6 +303,8 @@ def _spec_flags(name: str, info: Any) -> list[str]:
         names += [c for c in alias.choices if isinstance(c, str) and c != name]
     if name == "num_warmup_steps":
         names.append("warmup_steps")  # Trainer's name; the spec takes either
+    if name in COLUMN_FIELDS:  # AutoTrain spells its column flags with dashes (--text-column)
+        names += [n.replace("_", "-") for n in names]
     return names
 
 

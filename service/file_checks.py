@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from service.dry_runs import DryRunSlots
+from shared.column_mapping import ColumnMapping
 from shared.config import Settings
 from shared.errors import GluejobsError, InvalidRequest
 from shared.file_limits import FileLimits
-from shared.upload_checks import FIELD, UploadReport, check_upload, task_of
+from shared.upload_checks import FIELD, UploadReport, check_mapping, check_upload, task_of
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +50,33 @@ class FileChecks:
         if "forkserver" in methods:
             self._context.set_forkserver_preload(PRELOAD)
 
-    def check(self, path: Path, *, filename: str, purpose: str, task_name: str | None) -> UploadReport:
+    def check(
+        self,
+        path: Path,
+        *,
+        filename: str,
+        purpose: str,
+        task_name: str | None,
+        mapping: ColumnMapping | None = None,
+    ) -> UploadReport:
         """shared.upload_checks.check_upload in a limited child process; TooBusy (429) when every slot
         is taken, InvalidRequest (422) for a refused file or a check past its limits."""
         task = task_of(task_name)  # refused here, in the API's words, before any process starts
+        mapping = mapping or ColumnMapping()
+        check_mapping(mapping, task)
         with self.slots.slot():
-            return self._run(path, filename=filename, purpose=purpose, task=task.name if task else None)
+            return self._run(
+                path, filename=filename, purpose=purpose, task=task.name if task else None, mapping=mapping
+            )
 
-    def _run(self, path: Path, *, filename: str, purpose: str, task: str | None) -> UploadReport:
+    def _run(
+        self, path: Path, *, filename: str, purpose: str, task: str | None, mapping: ColumnMapping
+    ) -> UploadReport:
         receive, send = self._context.Pipe(duplex=False)
         limits = (self.memory_bytes, self.cpu_s)
         child = self._context.Process(
             target=_check_in_child,
-            args=(send, path, filename, purpose, task, self.limits, limits),
+            args=(send, path, filename, purpose, task, self.limits, limits, mapping),
             name="gluejobs-file-check",
             daemon=True,
         )
@@ -115,6 +130,7 @@ def _check_in_child(
     task_name: str | None,
     limits: FileLimits,
     caps: tuple[int, int],
+    mapping: ColumnMapping,
 ) -> None:
     # A collection would touch every object inherited from the forkserver, copying its pages: a
     # short-lived child does without one.
@@ -130,7 +146,7 @@ def _check_in_child(
     answer: tuple[str, Any]
     try:
         report = check_upload(
-            path, filename=filename, purpose=purpose, task=task_of(task_name), limits=limits
+            path, filename=filename, purpose=purpose, task=task_of(task_name), limits=limits, mapping=mapping
         )
         answer = ("ok", report)
     except GluejobsError as exc:

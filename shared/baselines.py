@@ -105,7 +105,8 @@ def _key(spec: JobSpec, settings: Settings) -> tuple[object, ...]:
             versions.append(
                 (role, str(source), stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
             )
-    return (spec.task_name, spec.max_eval_samples, tuple(versions))
+    # The mapped label column decides which labels the baseline counts.
+    return (spec.task_name, spec.max_eval_samples, tuple(versions), spec.label_column)
 
 
 _lock = threading.Lock()

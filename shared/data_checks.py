@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from shared.column_mapping import ColumnMapping
 from shared.config import Settings
 from shared.data_files import (
     GLUE_LAYOUTS,
@@ -254,6 +255,9 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             spec.max_eval_samples,
             spec.evaluates,
             spec.do_predict,
+            sorted(ColumnMapping.of(spec).as_dict().items()),
+            # An upload sent again with another mapping is tallied by other columns.
+            sorted((sha, repr(stored.checks.get("columns"))) for sha, stored in scope.stored_uploads.items()),
             str(settings.glue_dir),
             str(settings.data_dir),
             scope.owned_folder,  # what the refusal may quote

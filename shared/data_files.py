@@ -14,6 +14,7 @@ ends up with the Hub's column names, so one code path checks labels and texts.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from shared.column_mapping import ColumnMapping, flags_hint, guess, missing_message
 from shared.config import Settings
 from shared.data_scope import stored_data_path
 from shared.errors import InvalidSpec, JobFailed, shorten
@@ -73,6 +75,11 @@ class Table:
     # An uploaded file's label tally standing in for its rows (shared/upload_tally.py): the rows of
     # the file each of the frame's rows stands for.
     weights: np.ndarray | None = None
+    # How many text columns the reading wants (a refusal's mapping guess offers as many), and the
+    # names each mapped field's column is read under (shared/column_mapping.py).
+    texts_wanted: int = 1
+    read_as: dict[str, str] = dataclasses.field(default_factory=lambda: {"label_column": LABEL})
+    written: list[str] | None = None  # its columns as the file names them, before the mapping
 
     def row_number(self, index: int) -> int | str:
         """The row number (from 1, as people count) of the frame's `index`-th row in the source."""
@@ -214,7 +221,9 @@ def read_job_data(
     if spec.task_name is None:
         if not train:
             raise ValueError("reading evaluation rows alone needs a task_name")
-        train_split, evals, test, text_keys, is_regression, label_names = _own_file_splits(files)
+        train_split, evals, test, text_keys, is_regression, label_names = _own_file_splits(
+            files, ColumnMapping.of(spec)
+        )
     else:
         task = TASKS[spec.task_name]
         train_split, evals, test, unread = _task_splits(
@@ -229,14 +238,16 @@ def read_job_data(
         sources["train"] = train_split.table.fingerprint
     if test is not None:
         sources["test"] = test.table.fingerprint
-    fingerprint = digest(
-        {
-            "task": spec.task_name,
-            "max_train_samples": spec.max_train_samples,
-            "max_eval_samples": spec.max_eval_samples,
-            "sources": sources,
-        }
-    )
+    identity: dict[str, Any] = {
+        "task": spec.task_name,
+        "max_train_samples": spec.max_train_samples,
+        "max_eval_samples": spec.max_eval_samples,
+        "sources": sources,
+    }
+    columns = ColumnMapping.of(spec).as_dict()
+    if columns:  # other columns of the same file are other rows (and unmapped jobs keep their caches)
+        identity["columns"] = columns
+    fingerprint = digest(identity)
     return JobData(
         train=train_split,
         evals=evals,
@@ -271,6 +282,8 @@ def _read_spec_files(
     stored: Mapping[str, StoredUpload],
 ) -> dict[str, Table]:
     data_root = settings.data_dir.resolve()
+    mapping = ColumnMapping.of(spec)
+    task_keys = TASKS[spec.task_name].text_keys if spec.task_name else None
     tables: dict[str, Table] = {}
     for name, path in spec_file_paths(spec, settings).items():
         if name in skip:
@@ -282,7 +295,9 @@ def _read_spec_files(
             if record.sha256 in stored:
                 frame, weights = tally_frame(stored[record.sha256])
                 fingerprint = f"upload:{record.sha256}"
-                tables[name] = Table(frame, where, fingerprint, name, path, quotable(path), weights=weights)
+                table = Table(frame, where, fingerprint, name, path, quotable(path), weights=weights)
+                tables[name] = mapped_table(table, mapping, task_keys, labels_required=name != "test_file")
+                _check_tallied_labels(stored[record.sha256], mapping, where, field=name)
                 continue
             if not path.is_file():  # the caller fetches uploaded files first
                 raise DataError(f"{where}: this machine has no copy of it", field=name)
@@ -292,8 +307,51 @@ def _read_spec_files(
             raise DataError(f"{where} not found in GLUEJOBS_DATA_DIR", field=name)
         may_quote = quotable(path)
         frame = read_frame(path, where, field=name, quotable=may_quote, limits=FileLimits.of(settings))
-        tables[name] = Table(frame, where, file_fingerprint(path), name, path, may_quote)
+        table = Table(frame, where, file_fingerprint(path), name, path, may_quote)
+        tables[name] = mapped_table(table, mapping, task_keys, labels_required=name != "test_file")
     return tables
+
+
+def mapped_table(
+    table: Table, mapping: ColumnMapping, task_keys: tuple[str, str | None] | None, *, labels_required: bool
+) -> Table:
+    """The table with the mapping's columns under the names they are read by; DataError naming a
+    mapped column the file lacks (with its near match)."""
+    columns = [str(c) for c in table.frame.columns]
+    missing = mapping.missing(columns, labels_required=labels_required)
+    if missing is not None:
+        field_name, column = missing
+        words = missing_message(field_name, column, columns, quotable=table.quotable)
+        raise DataError(f"{table.where} {words}", field=table.field)
+    keys = mapping.text_keys(task_keys)
+    table.written = columns
+    table.frame = mapping.apply(table.frame, task_keys)
+    table.texts_wanted = len([key for key in keys if key is not None]) if keys else 1
+    table.read_as = {"label_column": LABEL}
+    if task_keys is not None:
+        table.read_as |= {"text_column": task_keys[0], "text_pair_column": task_keys[1] or ""}
+    return table
+
+
+def _check_tallied_labels(stored: StoredUpload, mapping: ColumnMapping, where: str, *, field: str) -> None:
+    """An upload's tally counts the column its upload named: a job that reads its labels from
+    another column cannot be checked by it, and is told how the file was checked."""
+    if stored.checks.get("labels", "none") == "none":
+        return
+    uploaded = ColumnMapping.of(stored.checks.get("columns") or {})
+    if uploaded.label == mapping.label:
+        return
+    if mapping.label_column is None:  # the job maps nothing: the upload's mapping is the one it wants
+        hint = flags_hint(uploaded, wanted={})
+        raise DataError(
+            f"{where} was uploaded with its labels in column {uploaded.label!r}: {hint}", field=field
+        )
+    hint = flags_hint(ColumnMapping(label_column=uploaded.label), wanted={})
+    raise DataError(
+        f"{where} was checked with its labels in column {uploaded.label!r}, not {mapping.label!r}: {hint}, "
+        f"or upload it again with --label_column {mapping.label}",
+        field=field,
+    )
 
 
 def read_frame(
@@ -373,12 +431,12 @@ def file_fingerprint(path: Path) -> str:
 
 
 def _own_file_splits(
-    files: dict[str, Table],
+    files: dict[str, Table], columns: ColumnMapping
 ) -> tuple[Split, dict[str, Split], Split | None, tuple[str, str | None], bool, list[str] | None]:
     train = files.get("train_file")
     if train is None:
         raise DataError("a job without a task_name needs a train_file", field="train_file")
-    text_keys = _infer_text_keys(train)
+    text_keys = columns.text_keys(None) or _infer_text_keys(train)
     labels = _column(train, LABEL)
     _check_no_empty_labels(train, labels)
     is_regression = pd.api.types.is_float_dtype(labels)
@@ -428,7 +486,7 @@ def _own_label_ids(
 ) -> np.ndarray | None:
     if LABEL not in table.frame.columns:
         if required:
-            raise DataError(f"{table.where} has no {LABEL!r} column", field=table.field)
+            _column(table, LABEL)  # the refusal, naming the columns there are
         return None
     labels = table.frame[LABEL]
     _check_no_empty_labels(table, labels)
@@ -503,7 +561,7 @@ def _task_label_ids(table: Table, task: GlueTask, required: bool) -> np.ndarray 
     """Label ids (or STS-B scores) for a task; names ("entailment") and ids ("0") are both accepted."""
     if LABEL not in table.frame.columns:
         if required:
-            raise DataError(f"{table.where} has no {LABEL!r} column", field=table.field)
+            _column(table, LABEL)  # the refusal, naming the columns there are
         return None
     labels = table.frame[LABEL]
     if not required and labels.astype(str).str.strip().eq("-1").all():
@@ -557,10 +615,27 @@ def _scores(table: Table, labels: pd.Series) -> np.ndarray:
 
 def _column(table: Table, name: str) -> pd.Series:
     if name not in table.frame.columns:
-        names = shorten(", ".join(map(str, table.frame.columns)), 300)  # a header can be 1 MiB
-        columns = f" (its columns: {names})" if table.quotable else ""
+        written = table.written or table.frame.columns
+        names = shorten(", ".join(map(str, written)), 300)  # a header can be 1 MiB
+        columns = f" (its columns: {names}){_mapping_hint(table)}" if table.quotable else ""
         raise DataError(f"{table.where} has no {name!r} column{columns}", field=table.field)
     return table.frame[name]
+
+
+# The rows a refusal's guess of the mapping looks at (their distinct values and lengths).
+GUESS_ROWS = 200
+
+
+def _mapping_hint(table: Table) -> str:
+    """'; map yours with --text_column review --label_column sentiment (spec: …)': the mapping the
+    file's columns most likely want, for one's own files (a GLUE file's columns are the reader's)."""
+    if table.field not in (*SPEC_FILE_FIELDS, "file"):
+        return ""
+    columns = [str(c) for c in table.frame.columns]
+    head = table.frame.head(GUESS_ROWS)
+    samples = None if table.weights is not None else {str(c): head[c].tolist() for c in head.columns}
+    hint = flags_hint(guess(columns, texts=table.texts_wanted, samples=samples), wanted=table.read_as)
+    return f"; {hint}" if hint else ""
 
 
 def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray | None) -> Split:

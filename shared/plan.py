@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer
 
+from shared.column_mapping import ColumnMapping
 from shared.config import Settings
 from shared.data_checks import DataReport, read_and_check
 from shared.data_files import JobData, Split
@@ -28,6 +29,7 @@ from shared.file_limits import FileLimits
 from shared.model_files import api_model_folder, count, read_config, safetensors_shapes
 from shared.schedule import spec_schedule
 from shared.spec import JobSpec
+from shared.tasks import TASKS
 from shared.upload_checks import first_rows
 
 # Tokenising is the plan's one cost that grows with the data, and it runs inside the API: measure at
@@ -85,6 +87,7 @@ def _with_sampled_texts(spec: JobSpec, data: JobData, settings: Settings, scope:
             return rows
         path = scope.fetch_upload(record)
         head = first_rows(path, MAX_TOKENIZED_ROWS, FileLimits.of(settings))
+        head = ColumnMapping.of(spec).apply(head, TASKS[spec.task_name].text_keys if spec.task_name else None)
         keys = [key for key in data.text_keys if key is not None and key in head.columns]
         texts = pd.DataFrame({key: head[key].astype(str).reset_index(drop=True) for key in keys})
         return replace(rows, texts=texts)

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from shared import error_words
+from shared.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.config import Settings
 from shared.data_scope import DataScope
 from shared.errors import InvalidSpec, field_error, quote
@@ -75,6 +76,7 @@ BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
 StepCount = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 SampleCount = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
 DataPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+ColumnName = Annotated[str, Field(min_length=1, max_length=MAX_COLUMN_NAME_CHARS)]
 
 
 def _whole_as_int(value: float) -> float:
@@ -128,6 +130,7 @@ _FIELD_OF_ALIAS = {
     "max_seq_length": "max_length",
     "warmup_steps": "num_warmup_steps",
     "checkpointing_steps": "save_strategy",
+    "target_column": "label_column",
 }
 LORA_OPTIONS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 # Accelerate's trackers (accelerate.utils.LoggerType), named here because the API does not import
@@ -211,6 +214,24 @@ class JobSpec(BaseModel):
     ignore_mismatched_sizes: bool = False
     trust_remote_code: bool = Field(
         default=False, description="Must stay false: remote code is never trusted"
+    )
+    # Which columns of one's own files hold the texts and the labels (shared/column_mapping.py:
+    # AutoTrain's --text-column/--target-column convention); absent: GLUE's names, run_glue's rule.
+    text_column: ColumnName | None = Field(
+        default=None,
+        description="The column of the data files that holds the text (AutoTrain's text_column); with a "
+        "task it is read as the task's first text column. Absent: the task's column name, else run_glue's "
+        "rule (sentence1/sentence2, or the first columns besides label)",
+    )
+    text_pair_column: ColumnName | None = Field(
+        default=None,
+        description="The column that holds the second text of a sentence-pair task (needs text_column)",
+    )
+    label_column: ColumnName | None = Field(
+        default=None,
+        validation_alias=AliasChoices("label_column", "target_column"),
+        description="The column that holds the labels (AutoTrain's target_column, also taken under that "
+        "name). Absent: 'label'",
     )
     max_train_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
     max_eval_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
@@ -497,6 +518,10 @@ class JobSpec(BaseModel):
         if self.task_name is None and self.train_file is None:
             raise field_error("task_name", "give a task_name or a train_file (and a validation_file)")
         self._check_recipe_options()
+        pair_task = None if self.task_name is None else TASKS[self.task_name].text_keys[1] is not None
+        mapping_problem = ColumnMapping.of(self).problem(pair_task=pair_task)
+        if mapping_problem is not None:
+            raise field_error(*mapping_problem)
         if self.task_name is None and self.validation_file is None and self.evaluates:
             raise field_error(
                 "validation_file",

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from shared.column_mapping import ColumnMapping
+
 # The reading rule's own helpers: these checks must be exactly the dry run's.
 from shared.data_files import (
     _TSV_OPTIONS,
@@ -41,6 +43,7 @@ from shared.data_files import (
     _numbers_if_numeric,
     _task_label_ids,
     _texts,
+    mapped_table,
     read_error,
 )
 from shared.errors import InvalidRequest, quote
@@ -100,10 +103,20 @@ def file_format(filename: str) -> str:
 
 
 def check_upload(
-    path: Path, *, filename: str, purpose: str, task: GlueTask | None, limits: FileLimits
+    path: Path,
+    *,
+    filename: str,
+    purpose: str,
+    task: GlueTask | None,
+    limits: FileLimits,
+    mapping: ColumnMapping | None = None,
 ) -> UploadReport:
     """Read the file at `path` (uploaded as `filename`) piece by piece and check it; InvalidRequest
-    naming the problem when it cannot serve as `purpose` data or is over one of `limits`."""
+    naming the problem when it cannot serve as `purpose` data or is over one of `limits`. `mapping`
+    names its text and label columns (shared/column_mapping.py), as a job's spec does; the tally
+    counts the labels of its label column, and the report keeps the mapping under `columns`."""
+    mapping = mapping or ColumnMapping()
+    check_mapping(mapping, task)
     if purpose not in PURPOSES:
         raise InvalidRequest(
             f"purpose is one of {', '.join(PURPOSES)}, not {quote(purpose)}", field="purpose"
@@ -112,7 +125,8 @@ def check_upload(
     where = f"file {filename!r}"
     tally = _Labels(task)
     rows, columns = 0, list[str]()
-    text_keys: tuple[str, str | None] | None = task.text_keys if task else None
+    task_keys = task.text_keys if task else None
+    text_keys = mapping.text_keys(task_keys)
     try:
         for frame in _pieces(path, suffix, limits):
             if not len(frame):
@@ -120,6 +134,7 @@ def check_upload(
             if rows == 0:
                 columns = _column_names(frame, where)
             table = Table(frame, where, "", FIELD, path, True, first_row=rows)
+            table = mapped_table(table, mapping, task_keys, labels_required=purpose != "test")
             if text_keys is None:
                 text_keys = _infer_text_keys(table)
             for key in text_keys:
@@ -137,8 +152,21 @@ def check_upload(
     if rows == 0:
         raise InvalidRequest(f"{where} has no rows", field=FIELD)
     assert text_keys is not None
-    checks = {"text_columns": [key for key in text_keys if key is not None], **tally.summary(where)}
+    as_written = {new: old for old, new in mapping.renames(task_keys).items()}
+    checks: dict[str, Any] = {
+        "text_columns": [as_written.get(key, key) for key in text_keys if key is not None],
+        **tally.summary(where),
+    }
+    if mapping.as_dict():
+        checks["columns"] = mapping.as_dict()
     return UploadReport(suffix.removeprefix("."), rows, columns, checks)
+
+
+def check_mapping(mapping: ColumnMapping, task: GlueTask | None) -> None:
+    """422 naming the form field for a mapping that cannot work whatever the file holds."""
+    problem = mapping.problem(pair_task=None if task is None else task.text_keys[1] is not None)
+    if problem is not None:
+        raise InvalidRequest(problem[1], field=problem[0])
 
 
 def _column_names(frame: pd.DataFrame, where: str) -> list[str]:

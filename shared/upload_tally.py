@@ -44,9 +44,11 @@ def tally_frame(stored: StoredUpload) -> tuple[pd.DataFrame, np.ndarray]:
     else:
         weights = np.array([stored.rows], dtype=np.int64)
     size = len(weights)
-    frame = pd.DataFrame({str(column): [""] * size for column in stored.columns if column != LABEL})
+    # The labels under the column the upload's check tallied (its label_column, shared/column_mapping.py).
+    tallied = (stored.checks.get("columns") or {}).get("label_column") or LABEL
+    frame = pd.DataFrame({str(column): [""] * size for column in stored.columns if column != tallied})
     if labels is not None:
-        frame[LABEL] = labels.to_numpy()
+        frame[tallied] = labels.to_numpy()
     return frame, weights
 
 

@@ -124,7 +124,8 @@ def test_a_file_a_queued_job_uses_cannot_be_deleted(client: TestClient, keyed: S
             b"sentence,score\nfine,1\n",
             {},
             422,
-            "has no 'label' column (its columns: sentence, score)",
+            "has no 'label' column (its columns: sentence, score); map yours with --text_column sentence "
+            '--label_column score (spec: "text_column": "sentence", "label_column": "score")',
         ),
         (
             "train.csv",

@@ -159,7 +159,8 @@ def files(settings: Settings) -> Path:
         (
             {"train_file": "no_sentence.csv", "validation_file": "good.csv"},
             "spec.train_file",
-            "train_file 'no_sentence.csv' has no 'sentence' column (its columns: text, label)",
+            "train_file 'no_sentence.csv' has no 'sentence' column (its columns: text, label); map yours "
+            'with --text_column text (spec: "text_column": "text")',  # the task's text column from "text"
         ),
         (
             {"train_file": "good.csv", "validation_file": "odd_label.tsv"},

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from gluejobs._files import PURPOSE_OF_FIELD, LocalFile, is_local_file
+from gluejobs._files import COLUMN_FIELDS, PURPOSE_OF_FIELD, LocalFile, is_local_file
 from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
 from gluejobs.client import Client, FileInfo
 
@@ -46,12 +46,41 @@ def ls(api: Invocation) -> None:
     help="Which split the file holds (its checks depend on it).",
 )
 @click.option("--task-name", help="Check its labels against this GLUE task.")
-def upload(api: Invocation, path: str, purpose: str, task_name: str | None) -> None:
+@click.option(
+    "--text_column", "--text-column", "text_column", metavar="COLUMN", help="The column that holds the text."
+)
+@click.option(
+    "--text_pair_column",
+    "--text-pair-column",
+    "text_pair_column",
+    metavar="COLUMN",
+    help="The column that holds a sentence pair's second text.",
+)
+@click.option(
+    "--label_column",
+    "--label-column",
+    "--target_column",  # AutoTrain's name
+    "--target-column",
+    "label_column",
+    metavar="COLUMN",
+    help="The column that holds the labels (default: label).",
+)
+def upload(
+    api: Invocation,
+    path: str,
+    purpose: str,
+    task_name: str | None,
+    text_column: str | None,
+    text_pair_column: str | None,
+    label_column: str | None,
+) -> None:
     """Upload a data file (not sent again if the API has it).
 
     CSV, JSON lines or TSV; it is hashed first, and not sent when the API holds those bytes already."""
+    named = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column}
+    columns = {name: named[name] for name in COLUMN_FIELDS}
     with api.client() as client:
-        file = client.files.create(path, purpose=purpose, task_name=task_name)
+        file = client.files.create(path, purpose=purpose, task_name=task_name, columns=columns)
     api.show(file.raw, _line(file))
 
 
@@ -85,18 +114,20 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
         if not isinstance(value, str) or not is_local_file(value):
             continue
         task_name = spec.get("task_name")
+        named = {**spec, "label_column": spec.get("label_column", spec.get("target_column"))}  # its alias
+        columns = {name: named[name] for name in COLUMN_FIELDS if isinstance(named.get(name), str)}
         if not dry_run:
-            file = client.files.create(value, purpose=purpose, task_name=task_name)
+            file = client.files.create(value, purpose=purpose, task_name=task_name, columns=columns)
             note(f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)")
             resolved[field] = file.id
             continue
         local = LocalFile.read(value)
-        existing = local.reusable(client.files.list(sha256=local.sha256))
+        existing = local.reusable(client.files.list(sha256=local.sha256), columns)
         if existing is not None:
             resolved[field] = existing.id
             note(f"{field} {value}: the API has it already as {existing.id}")
             continue
-        checked = client.files.check(value, purpose=purpose, task_name=task_name)
+        checked = client.files.check(value, purpose=purpose, task_name=task_name, columns=columns)
         note(
             f"{field} {value}: checked by the API, not uploaded (dry run): {json.dumps(checked['checks'])}, "
             f"{checked['rows']} rows"

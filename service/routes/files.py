@@ -23,7 +23,9 @@ from service.schemas import ErrorResponse, Page
 from service.upload_values import refuse_unstorable_report
 from service.uploads import FILE_FIELD, Received, receive_upload
 from shared import jobs_repo
+from shared.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.config import Settings
+from shared.errors import InvalidRequest
 from shared.faults import crash_point
 from shared.file_copies import keep_copy
 from shared.models import File
@@ -35,6 +37,14 @@ from shared.upload_checks import PURPOSES, UploadReport, task_of
 logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/files", tags=["files"])
+
+# The spec's column mapping (shared/column_mapping.py), as form fields of the upload: its check reads
+# the texts and labels from these columns, and its stored tally counts the label column's values.
+COLUMN_FORM_FIELDS = {
+    "text_column": "The column that holds the text (as the job spec's text_column)",
+    "text_pair_column": "The column that holds a sentence pair's second text",
+    "label_column": "The column that holds the labels (default: label)",
+}
 
 # The body POST /v1/files takes, for the schema: the body is parsed by hand (service/uploads.py).
 UPLOAD_BODY: dict[str, Any] = {
@@ -54,6 +64,10 @@ UPLOAD_BODY: dict[str, Any] = {
                     "task_name": {
                         "type": "string",
                         "description": "Check its labels against this GLUE task (sst2, mnli …)",
+                    },
+                    **{
+                        name: {"type": "string", "maxLength": MAX_COLUMN_NAME_CHARS, "description": words}
+                        for name, words in COLUMN_FORM_FIELDS.items()
                     },
                 },
             }
@@ -90,14 +104,16 @@ async def create_file(
     ] = False,
 ) -> FilePublic | FileCheck:
     """Upload a data file (multipart/form-data, the part `file`; optional fields `purpose` —
-    train, validation or test — and `task_name`). It is streamed to disk, never held in memory,
-    up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then checked, in a child process with memory and
-    CPU limits (at most GLUEJOBS_MAX_FILE_CHECKS at once: 429 past it), as a dry run checks a job's
-    data: its shape within GLUEJOBS_FILE_MAX_* (columns, bytes per cell and row, parquet row groups),
-    format, text columns, labels (present and of one type; fitting `task_name`'s task when given),
-    rows. A file that cannot serve as training data gets 422 naming the problem, and nothing is
-    kept. Stored by content: the same bytes are stored once; the same bytes sent again by you
-    answer 200 with the file you have.
+    train, validation or test —, `task_name`, and the column mapping a job spec takes: `text_column`,
+    `text_pair_column`, `label_column`, which the check reads the texts and labels from). It is
+    streamed to disk, never held in memory, up to GLUEJOBS_MAX_UPLOAD_BYTES (413 past it), then
+    checked, in a child process with memory and CPU limits (at most GLUEJOBS_MAX_FILE_CHECKS at
+    once: 429 past it), as a dry run checks a job's data: its shape within GLUEJOBS_FILE_MAX_*
+    (columns, bytes per cell and row, parquet row groups), format, text columns, labels (present and
+    of one type; fitting `task_name`'s task when given), rows. A file that cannot serve as training
+    data gets 422 naming the problem, and nothing is kept. Stored by content: the same bytes are
+    stored once; the same bytes sent again by you answer 200 with the file you have (sent again with
+    another column mapping, its checks are those of the new mapping).
     """
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_upload_bytes
@@ -129,7 +145,11 @@ def _keep(
     task = task_of(received.fields.get("task_name"))
     purpose = received.fields.get("purpose") or "train"
     report = checks.check(
-        received.path, filename=received.filename, purpose=purpose, task_name=task.name if task else None
+        received.path,
+        filename=received.filename,
+        purpose=purpose,
+        task_name=task.name if task else None,
+        mapping=_column_mapping(received.fields),
     )
     refuse_unstorable_report(report)  # the same refusals on SQLite and Postgres, before anything is stored
     if dry_run:
@@ -146,9 +166,21 @@ def _keep(
     created = False
     if file is None:
         file, created = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
+    elif (file.checks or {}).get("columns") != report.checks.get("columns"):
+        # Sent again with another column mapping: its tally is now that of the mapping's columns.
+        file = jobs_repo.recheck_file(session, file_id=file.id, checks=report.checks, purpose=purpose)
     if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
         keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
     return file, created
+
+
+def _column_mapping(fields: dict[str, str]) -> ColumnMapping:
+    """The upload's column mapping from its form fields (an empty field names no column)."""
+    for name in COLUMN_FORM_FIELDS:
+        value = fields.get(name)
+        if value is not None and len(value) > MAX_COLUMN_NAME_CHARS:
+            raise InvalidRequest(f"{name} is longer than {MAX_COLUMN_NAME_CHARS} characters", field=name)
+    return ColumnMapping.of(fields)
 
 
 def _store(

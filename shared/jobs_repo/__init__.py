@@ -21,6 +21,7 @@ from shared.jobs_repo.files import (
     get_file,
     list_files,
     public_id,
+    recheck_file,
     row_id,
 )
 from shared.jobs_repo.jobs import (
@@ -148,6 +149,7 @@ __all__ = [
     "public_id",
     "queued_wider_than",
     "read_stream_page",
+    "recheck_file",
     "recover_expired_leases",
     "register_worker",
     "release_job",

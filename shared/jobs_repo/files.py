@@ -73,6 +73,18 @@ def add_file(session: Session, *, new: NewFile) -> tuple[File, bool]:
         return file, True
 
 
+def recheck_file(session: Session, *, file_id: int, checks: dict[str, Any], purpose: str) -> File:
+    """The owner's file with what a new check of its bytes found: the same bytes uploaded again with
+    another column mapping (shared/column_mapping.py) are tallied by their new label column."""
+    with write(session):
+        file = session.get(File, file_id, with_for_update=True)
+        if file is None:
+            raise NotFound()
+        file.checks, file.purpose = checks, purpose
+        session.flush()
+        return file
+
+
 def find_file(session: Session, *, owner: str | None, sha256: str, format: str) -> File | None:
     """The owner's own file with these bytes and format, if it has one (never another owner's)."""
     with read(session):

@@ -22,6 +22,8 @@ from shared.sweeps import resolve_sweep
 # the caller's folders once, with the base spec), and the seed (the search draws it once for all).
 NOT_SEARCHABLE = frozenset(
     {"model_name_or_path", "train_file", "validation_file", "test_file", "seed", "output_dir", "report_to"}
+    # Which columns hold the texts and labels is the data's, as its files are (the search's spec maps them).
+    | {"text_column", "text_pair_column", "label_column"}
 )
 
 
