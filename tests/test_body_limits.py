@@ -21,6 +21,8 @@ from shared.models import Job
 from tests.dbutil import count_rows
 from tests.e2e import api_process
 
+pytestmark = pytest.mark.e2e
+
 MIB = 1024 * 1024
 ALICE = "alice-key-0123456789abcdef"
 ROOT = "root-key-0123456789abcdef"

@@ -25,6 +25,8 @@ from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL
 from tests.observe_helpers import read_sse
 
+pytestmark = pytest.mark.e2e
+
 OUTAGE_S = 5.0
 REQUESTS = 200
 THREADS = 4

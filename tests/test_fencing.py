@@ -249,6 +249,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, start_new_session=True)
 
 
+@pytest.mark.e2e
 def test_a_job_process_exits_when_its_worker_dies_even_through_an_intermediate(tmp_path: Path) -> None:
     """The "worker" is a sleeping process; the job process is its grandchild (as under a template
     process or `accelerate launch`), in a session of its own. SIGKILL of the worker alone ends it."""

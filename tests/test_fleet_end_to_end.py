@@ -45,6 +45,8 @@ from tests.e2e import (
 )
 from tests.kit import POSTGRES_URL
 
+pytestmark = pytest.mark.e2e
+
 TINY = "tiny-bert"
 STEPS = 30  # 480 rows / batch 16
 SPEC = {

@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e import api_process, free_port
+
+pytestmark = pytest.mark.e2e
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 

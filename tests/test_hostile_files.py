@@ -106,6 +106,7 @@ def keyed(settings_factory: Any, sqlite_url: str) -> Settings:
     return settings
 
 
+@pytest.mark.e2e
 def test_hostile_uploads_get_422_naming_the_limit_while_the_api_stays_flat_and_serves_others(
     keyed: Settings, tmp_path: Path
 ) -> None:

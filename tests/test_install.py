@@ -28,7 +28,7 @@ import pytest
 from gluejobs.stack import S3Endpoint, free_port, stop, wait_ready
 from tests.kit import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 DEMO_DATA = REPO / "gluejobs" / "demo_data"
 FRESH_WORKER = os.environ.get("GLUEJOBS_INSTALL_TEST_FRESH_WORKER") == "1"

@@ -71,6 +71,7 @@ def two_apis(keyed: Settings, tmp_path: Path) -> Iterator[tuple[httpx.Client, ht
         yield first, second, logs
 
 
+@pytest.mark.e2e
 def test_create_use_rotate_revoke_across_two_api_processes(
     two_apis: tuple[httpx.Client, httpx.Client, list[Path]], db: Database
 ) -> None:

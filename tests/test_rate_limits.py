@@ -53,6 +53,7 @@ def assert_rate_limited(response: httpx.Response) -> int:
     return retry_after
 
 
+@pytest.mark.e2e
 def test_a_burst_over_the_limit_is_refused_on_every_process_and_the_client_waits_it_out(
     settings_factory: Any, db_url: str
 ) -> None:
@@ -132,6 +133,7 @@ def test_a_database_error_while_counting_answers_503(settings_factory: Any, sqli
     db.dispose()
 
 
+@pytest.mark.e2e
 def test_one_key_holds_at_most_its_cap_of_open_streams_across_processes(
     settings_factory: Any, db_url: str
 ) -> None:

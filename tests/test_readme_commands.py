@@ -197,6 +197,7 @@ def readme_settings(settings: Settings, tmp_path: Path, glue_data: Path) -> Sett
     return settings.model_copy(update={"glue_dir": glue})
 
 
+@pytest.mark.e2e
 def test_the_readme_commands_run_as_written(readme_settings: Settings, tmp_path: Path) -> None:
     commands = readme_commands((REPO / "README.md").read_text())
     marked = [c for c in commands if c.not_run is not None]

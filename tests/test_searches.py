@@ -370,6 +370,7 @@ E2E_STEPS = 24
 E2E_TRIALS = 8
 
 
+@pytest.mark.e2e
 def test_a_search_prunes_trials_and_survives_an_api_restart(
     settings_factory, db_url: str, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

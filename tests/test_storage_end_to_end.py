@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -28,6 +29,8 @@ from shared.storage import open_store
 from shared.uploaded_files import cache_path
 from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import GLUE_DATA, TINY_MODEL
+
+pytestmark = pytest.mark.e2e
 
 SAVE_STEPS = 20
 TRAIN_ROWS = 320  # 80 steps of batch 4

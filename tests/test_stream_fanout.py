@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import update
 
 from bench.outages import outage
@@ -26,6 +27,8 @@ from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL
 from tests.observe_helpers import Sse, read_sse
+
+pytestmark = pytest.mark.e2e
 
 STREAMS = 20
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}

@@ -219,6 +219,7 @@ def jobs_sha(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("crash_at", ["store_put", "after_store_put"])
 def test_an_api_killed_between_the_store_and_the_database_leaves_no_orphan(
     keyed: Settings, tmp_path: Path, crash_at: str, monkeypatch: pytest.MonkeyPatch

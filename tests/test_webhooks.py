@@ -349,6 +349,7 @@ def test_cancelling_a_sweep_sends_each_job_and_the_sweep_once(settings: Settings
 # --- restarts and a real job --------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -> None:
     """The receiver is down while the first API tries; that API stops; the next one delivers."""
     settings = settings.model_copy(
@@ -385,6 +386,7 @@ def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -
     )
 
 
+@pytest.mark.e2e
 def test_a_real_job_sends_signed_job_checkpoint_and_sweep_events(settings: Settings, tmp_path: Path) -> None:
     settings = settings.model_copy(update={"webhook_allowed_hosts": ["127.0.0.1"], **FAST})
     small = {

@@ -37,6 +37,8 @@ from tests.e2e import (
 )
 from tests.kit import POSTGRES_URL
 
+pytestmark = pytest.mark.e2e
+
 # 240 rows / batch 16 = 15 steps an epoch, 2 epochs: 30 steps. Training rows every 4 steps and at
 # each epoch's end; an evaluation and a checkpoint every 10 steps.
 SPEC = {
