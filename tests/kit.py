@@ -26,6 +26,20 @@ TINY_ROBERTA = "tiny-roberta"
 TINY_DEBERTA_V2 = "tiny-deberta-v2"
 
 
+# The tests' keys (secrets). Configure them bare (`api_keys=[ALICE]`: the owner is derived from the
+# key) or named (`api_keys=[f"alice={ALICE}"]`); ROOT as an admin key.
+ALICE = "alice-key-0123456789abcdef"
+BOB = "bob-key-0123456789abcdef"
+ROOT = "root-key-0123456789abcdef"
+# The standard tiny job: the tiny model on the kit's SST-2 (what most API tests submit).
+SPEC = {"model_name_or_path": TINY_MODEL, "task_name": "sst2"}
+
+
+def auth(key: str) -> dict[str, str]:
+    """The headers that send `key`: a key, or a configured entry `owner=key`."""
+    return {"Authorization": f"Bearer {key.split('=', 1)[-1]}"}
+
+
 def settings_under(root: Path, database_url: str, *, models_dir: Path, **overrides: object) -> Settings:
     """The tests' settings: the benchmarks' stack under `root` with the tiny models and short leases and
     polls (conftest's settings_factory; a module-wide service builds its own from the same)."""

@@ -11,10 +11,9 @@ import httpx
 import pytest
 
 from tests.e2e import api_process, free_port
+from tests.kit import SPEC
 
 pytestmark = pytest.mark.e2e
-
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
 
 def job_status(client: httpx.Client, job_id: int) -> str:

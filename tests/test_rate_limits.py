@@ -22,14 +22,10 @@ from service.rate_limits import STALE_S, WINDOW_S
 from shared.db import WRITE_OPTION, Database
 from shared.models import Job, OpenStream, RateWindow, utcnow
 from tests.e2e import api_process, live_api, wait_for
+from tests.kit import SPEC, auth
 
 ALICE = "alice-rate-limit-key-0001"
 BOB = "bob-rate-limit-key-00002"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def bucket_of(settings: Any, key: str) -> str:

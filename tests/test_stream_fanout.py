@@ -25,13 +25,12 @@ from shared.jobs_repo import Claim, MetricRow
 from shared.models import ApiKey, JobStatus, utcnow
 from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
-from tests.kit import POSTGRES_URL
+from tests.kit import POSTGRES_URL, SPEC
 from tests.observe_helpers import Sse, read_sse
 
 pytestmark = pytest.mark.e2e
 
 STREAMS = 20
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 ROOT = "root-admin-key-for-fanout-tests-0001"
 
 

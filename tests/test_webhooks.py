@@ -29,17 +29,13 @@ from shared.webhooks import endpoints, search_finished
 from shared.webhooks.addresses import AllowList, RefusedTarget, Target, address_rule, check_addresses
 from shared.webhooks.deliveries import claim_due
 from tests.e2e import live_api, run_worker_until_idle, wait_for
+from tests.kit import SPEC, auth
 from tests.webhook_receiver import receiver
 
 ALICE = "alice=alice-key-0123456789abcdef"
 BOB = "bob=bob-key-0123456789abcdef"
 ROOT = "root=root-key-0123456789abcdef"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 FAST = {"webhook_backoff_s": 0.05, "webhook_backoff_max_s": 0.2, "webhook_poll_s": 0.1}
-
-
-def auth(entry: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {entry.split('=', 1)[1]}"}
 
 
 def create(api: httpx.Client, url: str, key: str | None = None, **body: Any) -> httpx.Response:
