@@ -17,8 +17,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
-from bench.harness import save_tiny_bert
-from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -29,9 +27,11 @@ from tests.kit import (
     TINY_DEBERTA_V2,
     TINY_MODEL,
     TINY_ROBERTA,
+    save_tiny_bert,
     settings_under,
 )
 from tests.runs import reset_accelerate_state
+from tests.s3_endpoint import S3Endpoint
 
 _db_counter = itertools.count()
 

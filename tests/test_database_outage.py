@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.outages import outage
 from shared import jobs_repo
 from shared.db import Database
 from shared.models import JobStatus
@@ -24,6 +23,7 @@ from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL, SPEC
 from tests.observe_helpers import read_sse
+from tests.outages import outage
 
 pytestmark = pytest.mark.e2e
 

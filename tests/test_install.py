@@ -25,8 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gluejobs.stack import S3Endpoint, free_port, stop, wait_ready
+from gluejobs.stack import free_port, stop, wait_ready
 from tests.kit import REPO
+from tests.s3_endpoint import S3Endpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

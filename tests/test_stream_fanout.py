@@ -18,7 +18,6 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from bench.outages import outage
 from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import Claim, MetricRow
@@ -27,6 +26,7 @@ from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL, SPEC
 from tests.observe_helpers import Sse, read_sse
+from tests.outages import outage
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,6 @@ import httpx
 import psutil
 import pytest
 
-from bench.outages import DatabaseOutage
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
@@ -36,6 +35,7 @@ from tests.e2e import (
     wait_for,
 )
 from tests.kit import POSTGRES_URL
+from tests.outages import DatabaseOutage
 
 pytestmark = pytest.mark.e2e
 
