@@ -345,6 +345,9 @@ def test_cancelling_a_sweep_sends_each_job_and_the_sweep_once(settings: Settings
 # --- restarts and a real job --------------------------------------------------------------------------
 
 
+# Postgres, the database of a fleet of API processes; delivery claims and leases on both databases
+# are the tests above.
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 @pytest.mark.e2e
 def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -> None:
     """The receiver is down while the first API tries; that API stops; the next one delivers."""
@@ -382,6 +385,9 @@ def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -
     )
 
 
+# One database: the events come from the worker's reports, whose rows both databases store alike
+# (tests above); this one adds the real job and receiver.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.e2e
 def test_a_real_job_sends_signed_job_checkpoint_and_sweep_events(settings: Settings, tmp_path: Path) -> None:
     settings = settings.model_copy(update={"webhook_allowed_hosts": ["127.0.0.1"], **FAST})
