@@ -16,8 +16,8 @@ from shared.config import Settings
 # The repository and the kit beside it (CI has it at the same relative path): real GLUE rows.
 REPO = Path(__file__).resolve().parent.parent
 GLUE_DATA = REPO.parent / "shared" / "glue_data"
-# The benchmarks train the same job (bench/harness.py).
-# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint.
+# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint
+# (the benchmarks' quick job too, so that both train the same things).
 QUICK_JOB: dict[str, Any] = {
     "model_name_or_path": "tiny-bert",
     "task_name": "sst2",
