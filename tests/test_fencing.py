@@ -23,12 +23,13 @@ from shared.db import Database, read
 from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
+from tests import kit
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL, running
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
+SPEC = {**kit.SPEC, "seed": 1}
 REPO = Path(__file__).resolve().parent.parent
 
 
