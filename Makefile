@@ -12,7 +12,7 @@ CHROMIUM ?= /usr/bin/chromium
 TEST_WORKERS ?= 2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo stop test lint docs bench dist clean
+.PHONY: install install-test demo stop test test-fast lint docs bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,12 +46,19 @@ demo: install
 stop:
 	$(BIN)/gluejobs demo --stop
 
-## make test: the whole suite (SQLite and the Postgres at 127.0.0.1:5432), ruff and mypy included;
-## installs chromium (Debian's package) for the dashboard's browser test when it is missing. The docs site is
-## built too (tests/test_docs.py: mkdocs build --strict) and every page's commands run (test_readme_commands).
-test: install-test $(CHROMIUM)
+## make test: ruff, mypy and the whole suite (SQLite and the Postgres at 127.0.0.1:5432); installs
+## chromium (Debian's package) for the dashboard's browser test when it is missing. The docs site is
+## built too (tests/test_docs.py: mkdocs build --strict) and every page's commands run
+## (test_readme_commands). CI runs this.
+test: lint $(CHROMIUM)
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
+## make test-fast: the quick loop, SQLite only: no Postgres, nothing that starts servers or workers
+## (e2e) and no slow training (a few minutes; `make test` before a merge).
+test-fast: install-test
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow and not e2e and not postgres"
+
+## make lint: ruff (lint and format) and mypy.
 lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

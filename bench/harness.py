@@ -1,7 +1,7 @@
 """What the benchmarks share: their settings, a job run through the API, and their statistics.
 
 They start their stack with gluejobs/stack.py's local_stack (the same harness as `gluejobs demo`
-and the end-to-end tests).
+and the end-to-end tests), with the tests' settings, tiny model and quick job (tests/kit.py).
 """
 
 from __future__ import annotations
@@ -18,26 +18,19 @@ from typing import Any
 
 import httpx
 
-from shared.config import Settings
+# What the tests share with the benchmarks lives in the tests' kit (bench imports tests, never the
+# reverse): the repository, the GLUE kit, the quick job, a stack's settings and the tiny model.
+from tests.kit import GLUE_DATA as GLUE_DATA
+from tests.kit import QUICK_JOB as QUICK_JOB
+from tests.kit import REPO as REPO
+from tests.kit import save_tiny_bert as save_tiny_bert
+from tests.kit import stack_settings
 
-REPO = Path(__file__).resolve().parent.parent
-# The real GLUE rows of the kit beside the repository (SST-2/train.tsv …).
-GLUE_DATA = REPO.parent / "shared" / "glue_data"
+bench_settings = stack_settings  # the benchmarks' name for it
 FINISHED = ("succeeded", "failed", "cancelled")
 # The API without an access log line a request (`gluejobs serve` logs one), which would count in the
 # API's CPU per request that the API benchmarks measure.
 QUIET_API = (sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory", "--log-level=warning")
-# A job a worker runs in seconds: SST-2's first 32 rows, two steps, no evaluation, no checkpoint.
-QUICK_JOB: dict[str, Any] = {
-    "model_name_or_path": "tiny-bert",
-    "task_name": "sst2",
-    "max_train_samples": 32,
-    "max_eval_samples": 16,
-    "per_device_train_batch_size": 16,
-    "num_train_epochs": 1,
-    "save_strategy": "no",
-    "eval_strategy": "no",
-}
 
 
 # roberta-base's shape (as a BERT encoder), for the GPU speed run.
@@ -47,21 +40,6 @@ ROBERTA_BASE_SHAPE = {
     "num_attention_heads": 12,
     "intermediate_size": 3072,
 }
-
-
-def save_tiny_bert(folder: Path, tokenizer_dir: Path, **shape: int) -> Path:
-    """A randomly initialised BERT backbone (no head, like a pretrained checkpoint: each job adds a
-    head of its own size) over the tokenizer in `tokenizer_dir`, saved in `folder`. Two layers of
-    width 32 by default, what the tests and the quick benchmarks train in seconds; `shape` sizes it
-    otherwise (ROBERTA_BASE_SHAPE)."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=512, **{**tiny, **shape})
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @contextmanager
@@ -75,22 +53,6 @@ def run_folder(prefix: str, *, keep: bool = False) -> Iterator[Path]:
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
-
-
-def bench_settings(root: Path, *, database_url: str | None = None, **overrides: Any) -> Settings:
-    """A stack of its own under `root`: a SQLite database there (unless `database_url`), its
-    artifacts, data, models and tokenisation cache, the kit's GLUE rows, quick polling."""
-    values: dict[str, Any] = {
-        "database_url": database_url or f"sqlite:///{root / 'gluejobs.db'}",
-        "artifacts_dir": root / "artifacts",
-        "data_dir": root / "data",
-        "glue_dir": GLUE_DATA,
-        "models_dir": root / "models",
-        "cache_dir": root / "cache",
-        "heartbeat_s": 5.0,
-        "poll_interval_s": 0.5,
-    }
-    return Settings(**{**values, **overrides})
 
 
 def run_job(client: httpx.Client, spec: dict[str, Any]) -> tuple[dict[str, Any], float]:

@@ -1,5 +1,4 @@
-"""A local stack: the database migrated, the API and workers each a process of its own, ready; and,
-for a stack whose store is S3 (GLUEJOBS_STORAGE_URL), an S3 endpoint on 127.0.0.1 (`S3Endpoint`).
+"""A local stack: the database migrated, the API and workers each a process of its own, ready.
 
 The API is `python -m service` and a worker `python -m worker` (what `gluejobs serve` and
 `gluejobs worker` run), configured through their environment (the settings as GLUEJOBS_*
@@ -12,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -197,112 +194,3 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-# ---------------------------------------------------------------------------------------------------
-# An S3 endpoint on this machine (tests and benchmarks of the object store)
-# ---------------------------------------------------------------------------------------------------
-
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "gluejobs-test",
-    "AWS_SECRET_ACCESS_KEY": "gluejobs-test-secret",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-class S3Endpoint:
-    """moto's standalone S3 server (`pip install moto[server]`, a test extra) on a port of its own,
-    reached through a relay on `url`: the same client code as a user's MinIO talks to it (s3fs and
-    botocore, with the standard AWS variables of `environment()`). moto keeps its objects in memory,
-    so "the store goes away and comes back" is the relay that `down()` stops listening (and drops the
-    connections it carries) and `up()` listens again, while moto keeps the bucket."""
-
-    def __init__(self, log: Path) -> None:
-        self._moto_port = free_port()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        with log.open("ab") as output:
-            self._moto = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self._moto_port)],
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{self._moto_port}/", timeout=2)
-                break
-            except httpx.HTTPError:
-                if self._moto.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start; see {log}") from None
-                time.sleep(0.2)
-        self._listener: socket.socket | None = None
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self.up()
-
-    def environment(self) -> dict[str, str]:
-        """What a process needs to reach the store (the standard AWS variables)."""
-        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.url}
-
-    # --- the relay ------------------------------------------------------------------------------
-
-    def up(self) -> None:
-        if self._listener is not None:
-            return
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        """Connections refused from now on, and those open cut."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
-        with self._lock:
-            for connection in self._connections:
-                with contextlib.suppress(OSError):
-                    connection.shutdown(socket.SHUT_RDWR)
-                connection.close()
-            self._connections.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # closed by down()
-            upstream = socket.create_connection(("127.0.0.1", self._moto_port))
-            with self._lock:
-                self._connections |= {client, upstream}
-            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
-
-    def _relay(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while True:
-                ready, _, _ = select.select([a, b], [], [], 1.0)
-                for source in ready:
-                    data = source.recv(1 << 16)
-                    if not data:
-                        return
-                    (b if source is a else a).sendall(data)
-        except (OSError, ValueError):
-            return
-        finally:
-            with self._lock:
-                self._connections -= {a, b}
-            a.close()
-            b.close()
-
-    def close(self) -> None:
-        self.down()
-        self._moto.terminate()
-        try:
-            self._moto.wait(10)
-        except subprocess.TimeoutExpired:
-            self._moto.kill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
-from bench.harness import save_tiny_bert
-from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.db import Database
 from shared.migrate import upgrade
@@ -29,11 +28,35 @@ from tests.kit import (
     TINY_DEBERTA_V2,
     TINY_MODEL,
     TINY_ROBERTA,
+    save_tiny_bert,
     settings_under,
 )
 from tests.runs import reset_accelerate_state
+from tests.s3_endpoint import S3Endpoint
 
 _db_counter = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks `postgres` every test that reaches the Postgres, so that `-m "not postgres"` (make
+    test-fast) leaves them out: those that ask for it by fixture, and those whose parameters name it
+    (`parametrize("db_url", ["postgres"], indirect=True)` replaces db_url's own marked parameters,
+    and a few tests ask for `f"{database}_url"` by a parameter of their own). The same for `e2e` and
+    the S3 endpoint."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _names(item, "postgres") or {"postgres_url", "postgres_template"} & fixtures:
+            item.add_marker(pytest.mark.postgres)
+        # moto's S3 server is a real server: the store's tests are end to end.
+        if _names(item, "s3") or {"s3_url", "s3_endpoint"} & fixtures:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _names(item: pytest.Item, value: str) -> bool:
+    """Whether one of the test's parameters is `value`, alone or in a tuple."""
+    callspec = getattr(item, "callspec", None)
+    values = list(callspec.params.values()) if callspec is not None else []
+    return any((isinstance(v, str) and v == value) or (isinstance(v, tuple) and value in v) for v in values)
 
 
 def minilm_dir() -> Path:
@@ -99,16 +122,26 @@ def postgres_url(postgres_template: str) -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'gluejobs.db'}"
-    db = Database(url)
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file, once per run: a test's database is a copy of it (migrating costs
+    about 0.3 s of CPU a test, a minute or more of the suite; a copy, a millisecond)."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "gluejobs.db"
+    db = Database(f"sqlite:///{path}")
     upgrade(db)
-    db.dispose()
-    return url
+    db.dispose()  # the last connection closed: nothing is left in a -wal file beside it
+    assert not path.with_name(f"{path.name}-wal").exists()
+    return path
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    target = tmp_path / "gluejobs.db"
+    shutil.copyfile(sqlite_template, target)
+    return f"sqlite:///{target}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest) -> str:
     """The tests that take this run on both databases."""
     url: str = request.getfixturevalue(f"{request.param}_url")

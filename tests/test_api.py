@@ -14,10 +14,11 @@ from shared.config import Settings
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import JobStatus
+from tests import kit
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "mrpc"}
+SPEC = {**kit.SPEC, "task_name": "mrpc"}
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from gluejobs.cli import main as cli
 from tests.e2e import REPO, all_metrics, live_api, start_worker
 from tests.observe_helpers import TINY_SPEC, broken_model, observe_settings
 
+pytestmark = pytest.mark.e2e
+
 
 class DropFirstResponse(httpx.HTTPTransport):
     """A network that loses the first answer after the server has acted on the request: the

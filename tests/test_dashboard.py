@@ -37,6 +37,8 @@ from tests.e2e import get, live_api, start_worker, submit, wait_for
 from tests.kit import settings_under
 from tests.observe_helpers import TINY_SPEC, observe_settings
 
+pytestmark = pytest.mark.e2e
+
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless, and nothing that reaches the network on its own (updates, sync, first-run pages).
 CHROMIUM_ARGS = [

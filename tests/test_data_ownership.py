@@ -24,15 +24,9 @@ from shared.owners import unnamed_owner
 from shared.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import live_api
+from tests.kit import ALICE, BOB, ROOT, auth
 
-ALICE = "alice-key-0123456789abcdef"
-BOB = "bob-key-0123456789abcdef"
-ROOT = "root-key-0123456789abcdef"
 SECRET = "SSN-123-45-6789"
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def folder_of(key: str) -> str:

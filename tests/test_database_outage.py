@@ -16,19 +16,20 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.outages import outage
 from shared import jobs_repo
 from shared.db import Database
 from shared.models import JobStatus
 from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
-from tests.kit import POSTGRES_URL
+from tests.kit import POSTGRES_URL, SPEC
 from tests.observe_helpers import read_sse
+from tests.outages import outage
+
+pytestmark = pytest.mark.e2e
 
 OUTAGE_S = 5.0
 REQUESTS = 200
 THREADS = 4
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
 
 def mixed_requests(job_id: int) -> list[tuple[str, str, dict[str, Any] | None]]:

@@ -19,6 +19,8 @@ from shared.config import Settings
 from tests.e2e import REPO, all_metrics, get, live_api, run_worker_until_idle, start_worker, submit, wait_for
 from tests.kit import write_mnli
 
+pytestmark = pytest.mark.e2e
+
 TINY = "tiny-bert"
 SMALL = {
     "model_name_or_path": TINY,

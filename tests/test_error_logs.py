@@ -20,14 +20,11 @@ from shared.config import Settings
 from shared.db import Database
 from shared.models import ApiKey, KeyRole, utcnow
 from tests.e2e import LOOPBACK_URL
+from tests.kit import auth
 
 ROOT = "root-admin-key-0123456789abcdef"
 SECRET = "gj_" + "s3cr3t" * 7  # what must never reach a log line
 CELL = "a cell of somebody's file " * 4000  # 100 KB
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture

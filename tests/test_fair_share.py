@@ -16,8 +16,9 @@ from shared.fair_share import ClaimPolicy
 from shared.models import Job, JobStatus, Owner, utcnow
 from shared.quotas import QuotaDefaults
 from shared.waiting import waiting_for
+from tests import kit
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
+SPEC = {**kit.SPEC, "seed": 1}
 FAIR = ClaimPolicy(fair_share=True, max_user_priority=100)
 
 

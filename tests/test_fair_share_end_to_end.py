@@ -19,6 +19,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database, read
@@ -27,6 +29,8 @@ from shared.owner_views import set_owner_quota
 from shared.quotas import QuotaDefaults
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
+
+pytestmark = pytest.mark.e2e
 
 NOOP = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 

@@ -23,12 +23,13 @@ from shared.db import Database, read
 from shared.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
+from tests import kit
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL, running
 from worker.liveness import ORPHANED_EXIT, WORKER_PID_ENV
 from worker.reporting import QueuedReporter
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
+SPEC = {**kit.SPEC, "seed": 1}
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -249,6 +250,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, start_new_session=True)
 
 
+@pytest.mark.e2e
 def test_a_job_process_exits_when_its_worker_dies_even_through_an_intermediate(tmp_path: Path) -> None:
     """The "worker" is a sleeping process; the job process is its grandchild (as under a template
     process or `accelerate launch`), in a session of its own. SIGKILL of the worker alone ends it."""

@@ -17,9 +17,11 @@ from service.main import create_app
 from shared.config import Settings
 from shared.storage import open_store
 from tests.e2e import LOOPBACK_URL, api_process, live_api
-from tests.kit import TINY_MODEL
+from tests.kit import ALICE, TINY_MODEL
 
-ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
+pytestmark = pytest.mark.e2e
+
+BOB = "bob-key-0123456789abcdefgh"
 TRAIN = b"sentence,label\n" + b"".join(f"a fine sentence number {i},{i % 2}\n".encode() for i in range(40))
 
 

@@ -27,7 +27,6 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, make_url, select, text
 
-from bench.outages import DatabaseOutage
 from shared.config import Settings
 from shared.db import Database, read
 from shared.models import JobEvent, JobMetric
@@ -44,6 +43,9 @@ from tests.e2e import (
     wait_for,
 )
 from tests.kit import POSTGRES_URL
+from tests.outages import DatabaseOutage
+
+pytestmark = pytest.mark.e2e
 
 TINY = "tiny-bert"
 STEPS = 30  # 480 rows / batch 16

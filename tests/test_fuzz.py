@@ -28,6 +28,8 @@ from shared.models import Job
 from tests.dbutil import count_rows
 from tests.e2e import api_process
 
+pytestmark = pytest.mark.e2e
+
 ADMIN_KEY = "fuzz-admin-key-0123456789"
 # The tasks whose training and dev files the GLUE kit beside the repository holds.
 KIT_TASKS = ("sst2", "mrpc", "cola", "stsb")

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e import api_process, free_port
+from tests.kit import SPEC
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
+pytestmark = pytest.mark.e2e
 
 
 def job_status(client: httpx.Client, job_id: int) -> str:

@@ -30,10 +30,10 @@ from shared.file_limits import FileLimits
 from shared.storage import file_key, open_store
 from shared.uploaded_files import cache_path
 from tests.e2e import LOOPBACK_URL, api_process
-from tests.kit import TINY_MODEL
+from tests.kit import ALICE, TINY_MODEL
 
 logger = logging.getLogger(__name__)
-ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
+BOB = "bob-key-0123456789abcdefgh"
 MIB = 1024 * 1024
 # The API's peak RSS may grow this much while it receives and checks any one of the files below: the
 # upload streams to disk and the check runs in a child process (measured: 0-3 MiB).
@@ -106,6 +106,7 @@ def keyed(settings_factory: Any, sqlite_url: str) -> Settings:
     return settings
 
 
+@pytest.mark.e2e
 def test_hostile_uploads_get_422_naming_the_limit_while_the_api_stays_flat_and_serves_others(
     keyed: Settings, tmp_path: Path
 ) -> None:

@@ -15,12 +15,14 @@ from tests.kit import REPO
 
 PACKAGES = ("gluejobs", "service", "worker", "shared", "bench", "tests")
 # Which of the project's layers each may import (README: service/ never imports torch; service/
-# and worker/ never import each other; shared/ imports neither; gluejobs/ sits on top).
+# and worker/ never import each other; shared/ imports neither; gluejobs/ sits on top; the tests'
+# support serves bench/, never the reverse, and no shipped package imports either).
 MAY_IMPORT = {
     "shared": {"shared"},
     "service": {"shared", "service"},
     "worker": {"shared", "worker"},
     "gluejobs": {"gluejobs", "shared", "service", "worker"},
+    "tests": {"gluejobs", "shared", "service", "worker", "tests"},
 }
 
 

@@ -25,10 +25,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gluejobs.stack import S3Endpoint, free_port, stop, wait_ready
+from gluejobs.stack import free_port, stop, wait_ready
 from tests.kit import REPO
+from tests.s3_endpoint import S3Endpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 DEMO_DATA = REPO / "gluejobs" / "demo_data"
 FRESH_WORKER = os.environ.get("GLUEJOBS_INSTALL_TEST_FRESH_WORKER") == "1"

@@ -28,16 +28,14 @@ from shared.db import Database
 from shared.migrate import upgrade
 from shared.models import ApiKey, IdempotencyKey, Job, KeyRole, utcnow
 from shared.owners import unnamed_owner
+from tests import kit
 from tests.dbutil import count_rows
 from tests.e2e import REPO, api_process, live_api, wait_for
+from tests.kit import auth
 
 ROOT = "root-admin-key-0123456789abcdef"
 CAROL = "carol-user-key-0123456789abcdef"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_train_samples": 16}
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+SPEC = {**kit.SPEC, "max_train_samples": 16}
 
 
 def answer(response: httpx.Response, status: int) -> Any:
@@ -71,6 +69,7 @@ def two_apis(keyed: Settings, tmp_path: Path) -> Iterator[tuple[httpx.Client, ht
         yield first, second, logs
 
 
+@pytest.mark.e2e
 def test_create_use_rotate_revoke_across_two_api_processes(
     two_apis: tuple[httpx.Client, httpx.Client, list[Path]], db: Database
 ) -> None:

@@ -12,6 +12,8 @@ from gluejobs.demo import register_demo_model
 from shared.config import Settings
 from tests.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 
+pytestmark = pytest.mark.e2e
+
 MAJORITY_CLASS_ACCURACY = 444 / 872  # SST-2 dev: 444 positive of 872
 
 

@@ -17,9 +17,9 @@ from shared.model_cache import cached_model
 from shared.model_types import KNOWN_MODEL_TYPES
 from shared.storage import open_store
 from tests.e2e import live_api
-from tests.kit import TINY_MODEL
+from tests.kit import ALICE, ROOT, TINY_MODEL
 
-ALICE, BOB, ROOT = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh", "root-key-0123456789abcdef"
+BOB = "bob-key-0123456789abcdefgh"
 SPEC = {"task_name": "sst2", "max_train_samples": 16, "eval_strategy": "no", "save_strategy": "no"}
 
 

@@ -19,6 +19,8 @@ from shared.storage import open_store
 from tests.e2e import get, live_api, run_worker_until_idle
 from tests.kit import QUICK_JOB, TINY_MODEL
 
+pytestmark = pytest.mark.e2e
+
 
 def test_a_worker_without_models_trains_a_registered_model_fetched_by_hash(
     settings_factory: Any,

@@ -23,6 +23,7 @@ from shared.db import Database
 from shared.models import KeyRole
 from shared.owners import unnamed_owner
 from tests.e2e import LOOPBACK_URL
+from tests.kit import auth
 
 ROOT = "root-admin-key-0123456789abcdef"
 ALICE = "alice-user-key-0123456789abcdef"
@@ -30,10 +31,6 @@ UNNAMED = "unnamed-user-key-0123456789abcdef"
 TRAIN = b"sentence,label\n" + b"".join(f"a fine sentence number {i},{i % 2}\n".encode() for i in range(40))
 SPEC = {"model_name_or_path": "tiny-bert", "train_file": "train.csv", "eval_strategy": "no"}
 BAD_NAMES = ["ålice", "a b", ".hidden", "-x", "x" * 65, ""]
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def digest(key: str) -> str:

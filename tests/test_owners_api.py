@@ -20,15 +20,11 @@ from shared.db import Database
 from shared.models import Job, Sweep
 from tests.dbutil import count_rows
 from tests.e2e import live_api
+from tests.kit import SPEC, auth
 
 ALICE = "alice=alice-key-0123456789abcdef"
 BOB = "bob=bob-key-0123456789abcdef"
 ROOT = "root=root-key-0123456789abcdef"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-def auth(entry: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {entry.split('=', 1)[1]}"}
 
 
 @pytest.fixture

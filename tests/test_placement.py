@@ -73,6 +73,7 @@ def _worker_row(db: Database, pid: int) -> WorkerRow | None:
         return session.query(WorkerRow).filter(WorkerRow.pid == pid).one_or_none()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_two_worker_processes_never_share_a_gpu(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
@@ -178,6 +179,7 @@ def _most_at_once(spans: list[tuple[datetime, datetime, int]]) -> int:
     return most
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_two_workers_with_two_slots_run_eight_jobs_each_once_four_at_a_time(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path

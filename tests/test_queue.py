@@ -14,9 +14,10 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from shared.models import Base, JobStatus, utcnow
+from tests import kit
 from tests.dbutil import claimed
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1}
+SPEC = {**kit.SPEC, "seed": 1}
 
 
 def _claim_once(

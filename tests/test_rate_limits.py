@@ -24,14 +24,10 @@ from shared.db import WRITE_OPTION, Database
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import Job, KeyRole, OpenStream, RateWindow, utcnow
 from tests.e2e import api_process, live_api, wait_for
+from tests.kit import SPEC, auth
 
 ALICE = "alice-rate-limit-key-0001"
 BOB = "bob-rate-limit-key-00002"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def bucket_of(settings: Any, key: str) -> str:
@@ -55,6 +51,7 @@ def assert_rate_limited(response: httpx.Response) -> int:
     return retry_after
 
 
+@pytest.mark.e2e
 def test_a_burst_over_the_limit_is_refused_on_every_process_and_the_client_waits_it_out(
     settings_factory: Any, db_url: str
 ) -> None:
@@ -134,6 +131,7 @@ def test_a_database_error_while_counting_answers_503(settings_factory: Any, sqli
     db.dispose()
 
 
+@pytest.mark.e2e
 def test_one_key_holds_at_most_its_cap_of_open_streams_across_processes(
     settings_factory: Any, db_url: str
 ) -> None:

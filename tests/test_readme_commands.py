@@ -248,6 +248,7 @@ def test_every_page_of_the_site_is_in_the_nav_and_there() -> None:
     assert {"README.md", "docs/users/http-api.md", "docs/operators/fair-share.md"} <= sources, sources
 
 
+@pytest.mark.e2e
 def test_the_readme_commands_run_as_written(readme_settings: Settings, tmp_path: Path) -> None:
     commands = all_commands()
     marked = [c for c in commands if c.not_run is not None]

@@ -22,6 +22,8 @@ from tests.e2e import all_metrics, get, live_api, run_worker_until_idle
 from tests.kit import REPO, TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA, write_mnli
 from tests.lora_scripts import DEBERTA_V2_XXLARGE_MNLI, ROBERTA_BASE_MNLI
 
+pytestmark = pytest.mark.e2e
+
 # The Trainer page's arguments (own sentiment CSVs, F1, best model by F1, eval and save per epoch),
 # shrunk: fewer rows and a learning rate a tiny random model learns from.
 TRAINER_PAGE_ARGS = {

@@ -20,15 +20,7 @@ from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import MetricRow
 from tests.e2e import live_api, wait_for
-
-ALICE = "alice-key-0123456789abcdef"
-BOB = "bob-key-0123456789abcdef"
-ROOT = "root-key-0123456789abcdef"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+from tests.kit import ALICE, BOB, ROOT, SPEC, auth
 
 
 @pytest.fixture

@@ -30,6 +30,8 @@ import pytest
 from shared.config import Settings
 from tests.e2e import REPO, all_metrics, get, live_api, start_worker
 
+pytestmark = pytest.mark.e2e
+
 BASE = {
     "model_name_or_path": "tiny-bert",
     "task_name": "mrpc",

@@ -20,21 +20,14 @@ from shared.db import Database
 from shared.models import Job
 from tests.dbutil import count_rows
 from tests.e2e import live_api
+from tests.kit import ALICE, BOB, ROOT, SPEC, auth
 
-ALICE = "alice-key-0123456789abcdef"
-BOB = "bob-key-0123456789abcdef"
-ROOT = "root-key-0123456789abcdef"  # an admin key configured as itself
 OPS = "ops-key-0123456789abcdef"  # an admin key configured as its digest
-GOOD_SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 MAX_ID = 2**63 - 1
 
 
 def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture
@@ -48,7 +41,7 @@ def api(settings_factory, db_url: str) -> Iterator[httpx.Client]:  # type: ignor
 
 @pytest.fixture
 def alice_job(api: httpx.Client) -> int:
-    response = api.post("/v1/jobs", json={"spec": GOOD_SPEC}, headers=auth(ALICE))
+    response = api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(ALICE))
     assert response.status_code == 201, response.text
     job_id: int = response.json()["id"]
     return job_id
@@ -62,7 +55,7 @@ def post_json_text(api: httpx.Client, text: str, key: str = ALICE) -> httpx.Resp
 
 
 def body_text(spec: dict[str, Any] | None = None, **fields: Any) -> str:
-    return json.dumps({"spec": {**GOOD_SPEC, **(spec or {})}, **fields})
+    return json.dumps({"spec": {**SPEC, **(spec or {})}, **fields})
 
 
 def assert_refused(response: httpx.Response, status: int, field: str | None = None) -> dict[str, Any]:
@@ -103,7 +96,7 @@ def test_a_keys_digest_is_not_a_key(api: httpx.Client, db: Database, alice_job: 
             api.get("/v1/jobs", headers=auth(credential)),
             api.get(f"/v1/jobs/{alice_job}", headers=auth(credential)),
             api.post(f"/v1/jobs/{alice_job}/cancel", headers=auth(credential)),
-            api.post("/v1/jobs", json={"spec": GOOD_SPEC}, headers=auth(credential)),
+            api.post("/v1/jobs", json={"spec": SPEC}, headers=auth(credential)),
         ):
             assert assert_refused(response, 401)["code"] == "unauthorized"
             assert response.headers["www-authenticate"] == "Bearer"
@@ -269,13 +262,11 @@ BAD_NUMBERS = [
 def test_numbers_out_of_range_are_refused(
     api: httpx.Client, db: Database, alice_job: int, subtests: Any
 ) -> None:
-    spec = json.dumps(GOOD_SPEC)[:-1]
+    spec = json.dumps(SPEC)[:-1]
     for fragment, field in BAD_NUMBERS:
         with subtests.test(field=field):
             assert_refused(post_json_text(api, f'{{"spec": {spec}, {fragment}}}}}'), 422, field)
-    assert_refused(
-        post_json_text(api, f'{{"spec": {json.dumps(GOOD_SPEC)}, "priority": 1e309}}'), 422, "priority"
-    )
+    assert_refused(post_json_text(api, f'{{"spec": {json.dumps(SPEC)}, "priority": 1e309}}'), 422, "priority")
     assert_untouched(api, db, [alice_job])
 
 
@@ -340,7 +331,7 @@ def test_bad_model_names_are_refused(
         (f"{models_dir}/tiny-bert", "tiny-bert"),
     ):
         response = api.post(
-            "/v1/jobs", json={"spec": {**GOOD_SPEC, "model_name_or_path": name}}, headers=auth(ALICE)
+            "/v1/jobs", json={"spec": {**SPEC, "model_name_or_path": name}}, headers=auth(ALICE)
         )
         assert response.status_code == 201, response.text
         assert response.json()["spec"]["model_name_or_path"] == expected
@@ -365,7 +356,7 @@ def test_wrong_methods_and_bodies_get_the_right_status(
         response = api.request(method, path, headers=auth(ALICE))
         assert assert_refused(response, 405)["code"] == "method_not_allowed"
         assert response.headers["allow"] == allow
-    good = json.dumps({"spec": GOOD_SPEC}).encode()
+    good = json.dumps({"spec": SPEC}).encode()
     for headers in (
         {"content-type": "text/plain"},
         {"content-type": "application/x-www-form-urlencoded"},

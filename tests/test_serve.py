@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from service.server import is_loopback
 from shared.config import Settings
 from tests.e2e import REPO, api_process, free_port
@@ -38,6 +40,7 @@ def test_only_loopback_addresses_count_as_private() -> None:
     assert [is_loopback(host) for host in public] == [False] * len(public)
 
 
+@pytest.mark.e2e
 def test_serve_without_keys_binds_to_loopback_and_says_so(  # type: ignore[no-untyped-def]
     settings_factory, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -49,6 +52,7 @@ def test_serve_without_keys_binds_to_loopback_and_says_so(  # type: ignore[no-un
     assert "WARNING service.server: no API keys are set" in text
 
 
+@pytest.mark.e2e
 def test_serve_on_another_address_without_keys_needs_the_flag_and_warns(  # type: ignore[no-untyped-def]
     settings_factory, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -61,6 +65,7 @@ def test_serve_on_another_address_without_keys_needs_the_flag_and_warns(  # type
     assert "WARNING service.server: --insecure-no-auth: serving on 0.0.0.0 WITHOUT API keys" in text
 
 
+@pytest.mark.e2e
 def test_serve_with_keys_on_another_address(settings_factory, sqlite_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "api.log"
     settings = settings_factory(sqlite_url, api_keys=[KEY], admin_keys=[f"sha256:{'a' * 64}"])

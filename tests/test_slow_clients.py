@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e import api_process
+
+pytestmark = pytest.mark.e2e
 
 SLOW_CLIENTS = 300
 MAX_CONNECTIONS = 100

@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from gluejobs import Client
-from gluejobs.stack import S3Endpoint
 from shared.config import Settings
 from shared.storage import open_store
 from shared.uploaded_files import cache_path
 from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import GLUE_DATA, TINY_MODEL
+from tests.s3_endpoint import S3Endpoint
+
+pytestmark = pytest.mark.e2e
 
 SAVE_STEPS = 20
 TRAIN_ROWS = 320  # 80 steps of batch 4

@@ -18,6 +18,7 @@ from tests.e2e import all_metrics, get, live_api, start_worker, submit
 from tests.observe_helpers import TINY_SPEC, Sse, observe_settings, read_sse
 
 
+@pytest.mark.e2e
 def test_a_job_streams_live_and_resumes_after_a_dropped_connection(
     settings_factory: Any, tmp_path: Path, glue_data: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

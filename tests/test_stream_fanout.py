@@ -15,20 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import update
 
-from bench.outages import outage
 from shared import jobs_repo
 from shared.db import Database
 from shared.jobs_repo import Claim, MetricRow
 from shared.models import ApiKey, JobStatus, utcnow
 from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
-from tests.kit import POSTGRES_URL
+from tests.kit import POSTGRES_URL, SPEC
 from tests.observe_helpers import Sse, read_sse
+from tests.outages import outage
+
+pytestmark = pytest.mark.e2e
 
 STREAMS = 20
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 ROOT = "root-admin-key-for-fanout-tests-0001"
 
 

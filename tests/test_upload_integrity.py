@@ -30,8 +30,9 @@ from shared.faults import CRASH_AT_ENV
 from shared.storage import Store, file_key, open_store
 from shared.stored_files import sweep_orphans
 from tests.e2e import LOOPBACK_URL, api_process
+from tests.kit import ALICE
 
-ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
+BOB = "bob-key-0123456789abcdefgh"
 TRAIN = b"sentence,label\n" + b"".join(f"a fine sentence number {i},{i % 2}\n".encode() for i in range(40))
 
 
@@ -219,6 +220,7 @@ def jobs_sha(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("crash_at", ["store_put", "after_store_put"])
 def test_an_api_killed_between_the_store_and_the_database_leaves_no_orphan(
     keyed: Settings, tmp_path: Path, crash_at: str, monkeypatch: pytest.MonkeyPatch

@@ -55,6 +55,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_killed_or_cancelled_job_ends_alone_and_the_template_serves_the_next(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path

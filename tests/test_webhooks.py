@@ -29,17 +29,13 @@ from shared.webhooks import endpoints, search_finished
 from shared.webhooks.addresses import AllowList, RefusedTarget, Target, address_rule, check_addresses
 from shared.webhooks.deliveries import claim_due
 from tests.e2e import live_api, run_worker_until_idle, wait_for
+from tests.kit import SPEC, auth
 from tests.webhook_receiver import receiver
 
 ALICE = "alice=alice-key-0123456789abcdef"
 BOB = "bob=bob-key-0123456789abcdef"
 ROOT = "root=root-key-0123456789abcdef"
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 FAST = {"webhook_backoff_s": 0.05, "webhook_backoff_max_s": 0.2, "webhook_poll_s": 0.1}
-
-
-def auth(entry: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {entry.split('=', 1)[1]}"}
 
 
 def create(api: httpx.Client, url: str, key: str | None = None, **body: Any) -> httpx.Response:
@@ -349,6 +345,10 @@ def test_cancelling_a_sweep_sends_each_job_and_the_sweep_once(settings: Settings
 # --- restarts and a real job --------------------------------------------------------------------------
 
 
+# Postgres, the database of a fleet of API processes; delivery claims and leases on both databases
+# are the tests above.
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+@pytest.mark.e2e
 def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -> None:
     """The receiver is down while the first API tries; that API stops; the next one delivers."""
     settings = settings.model_copy(
@@ -385,6 +385,10 @@ def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -
     )
 
 
+# One database: the events come from the worker's reports, whose rows both databases store alike
+# (tests above); this one adds the real job and receiver.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.e2e
 def test_a_real_job_sends_signed_job_checkpoint_and_sweep_events(settings: Settings, tmp_path: Path) -> None:
     settings = settings.model_copy(update={"webhook_allowed_hosts": ["127.0.0.1"], **FAST})
     small = {

@@ -20,7 +20,6 @@ import httpx
 import psutil
 import pytest
 
-from bench.outages import DatabaseOutage
 from shared import jobs_repo
 from shared.config import Settings
 from shared.db import Database
@@ -36,6 +35,9 @@ from tests.e2e import (
     wait_for,
 )
 from tests.kit import POSTGRES_URL
+from tests.outages import DatabaseOutage
+
+pytestmark = pytest.mark.e2e
 
 # 240 rows / batch 16 = 15 steps an epoch, 2 epochs: 30 steps. Training rows every 4 steps and at
 # each epoch's end; an evaluation and a checkpoint every 10 steps.

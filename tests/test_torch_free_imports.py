@@ -1,4 +1,4 @@
-"""Ruff (with the no-print rule) and mypy over the code, as part of the suite."""
+"""The API and the worker's parent process import no torch (ruff and mypy run in `make lint`)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,6 @@ import subprocess
 import sys
 
 from tests.kit import REPO
-
-
-def run(*command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", *command], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-
-
-def test_ruff_check() -> None:
-    result = run("ruff", "check", ".")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_ruff_format() -> None:
-    result = run("ruff", "format", "--check", ".")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_mypy() -> None:
-    result = run("mypy")
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_service_never_imports_torch() -> None:

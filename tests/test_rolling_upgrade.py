@@ -144,6 +144,7 @@ def test_an_api_and_a_worker_that_do_not_fit_the_database_refuse_with_one_line(
     db.dispose()
 
 
+@pytest.mark.e2e
 def test_migrating_while_a_worker_of_the_previous_release_drains(
     tmp_path: Path, settings_factory, postgres_url: str
 ) -> None:  # type: ignore[no-untyped-def]

@@ -9,9 +9,10 @@ import pytest
 
 from gluejobs import AsyncClient, Checkpoint, Client, Event, Metric, Plan, Sweep, TaskLeaderboard
 from shared.db import Database
+from tests import kit
 from tests.dbutil import finish_as_a_worker
 
-SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "max_train_samples": 16}
+SPEC = {**kit.SPEC, "max_train_samples": 16}
 
 
 # The client's side of the API: SQLite alone.
