@@ -77,10 +77,10 @@ def _instrument(phases: _Phases, profiler: Any) -> None:
         profiler.step()
         return loss, grad_norm
 
-    original_batches = training._epoch_batches
+    original_batches = training.epoch_batches
 
-    def epoch_batches(run: Any, epoch: int, *, skip: int) -> Iterator[Any]:
-        batches = iter(original_batches(run, epoch, skip=skip))
+    def epoch_batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        batches = iter(original_batches(*args, **kwargs))
         while True:
             with phases.timed("collate"):
                 batch = next(batches, None)
@@ -95,7 +95,7 @@ def _instrument(phases: _Phases, profiler: Any) -> None:
             return original_evaluate(run, threshold=threshold)
 
     training.train_step = train_step  # type: ignore[assignment]
-    training._epoch_batches = epoch_batches  # type: ignore[assignment]
+    training.epoch_batches = epoch_batches  # type: ignore[assignment]
     training._evaluate_all = evaluate_all  # type: ignore[assignment]
 
 
