@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -29,7 +30,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
-from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
 from shared.spec import JobSpec  # noqa: E402
 from worker import training  # noqa: E402
 
@@ -127,6 +128,8 @@ def main() -> int:
         settings = bench_settings(root)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         install_demo_files(settings)
+        # MiniLM's files as a models-folder model (workers resolve a bare name there, not on the Hub).
+        shutil.copytree(demo_model_folder(settings), settings.models_dir / MODEL_NAME)
         spec = JobSpec.model_validate(
             {
                 "model_name_or_path": MODEL_NAME,
