@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -29,7 +30,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
-from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
 from shared.spec import JobSpec  # noqa: E402
 from worker import training  # noqa: E402
 
@@ -77,10 +78,10 @@ def _instrument(phases: _Phases, profiler: Any) -> None:
         profiler.step()
         return loss, grad_norm
 
-    original_batches = training._epoch_batches
+    original_batches = training.epoch_batches
 
-    def epoch_batches(run: Any, epoch: int, *, skip: int) -> Iterator[Any]:
-        batches = iter(original_batches(run, epoch, skip=skip))
+    def epoch_batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        batches = iter(original_batches(*args, **kwargs))
         while True:
             with phases.timed("collate"):
                 batch = next(batches, None)
@@ -95,7 +96,7 @@ def _instrument(phases: _Phases, profiler: Any) -> None:
             return original_evaluate(run, threshold=threshold)
 
     training.train_step = train_step  # type: ignore[assignment]
-    training._epoch_batches = epoch_batches  # type: ignore[assignment]
+    training.epoch_batches = epoch_batches  # type: ignore[assignment]
     training._evaluate_all = evaluate_all  # type: ignore[assignment]
 
 
@@ -127,6 +128,8 @@ def main() -> int:
         settings = bench_settings(root)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         install_demo_files(settings)
+        # MiniLM's files as a models-folder model (workers resolve a bare name there, not on the Hub).
+        shutil.copytree(demo_model_folder(settings), settings.models_dir / MODEL_NAME)
         spec = JobSpec.model_validate(
             {
                 "model_name_or_path": MODEL_NAME,

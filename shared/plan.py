@@ -42,7 +42,7 @@ MAX_TOKENIZED_ROWS = 5_000
 SAMPLE_SEED = 0
 # transformers' LengthGroupedSampler sorts megabatches of 50 batches by length.
 LENGTH_GROUPED_MEGABATCH = 50
-# Workers pad to a multiple of 8 under mixed precision on CUDA (worker.training.pad_multiple); the API
+# Workers pad to a multiple of 8 under mixed precision on CUDA (worker.batches.pad_multiple); the API
 # does not know the worker's device, so the plan counts that case (on a CPU a job pads less).
 MIXED_PRECISION_PAD_MULTIPLE = 8
 MAX_LISTED_STEPS = 50

@@ -18,7 +18,7 @@ from shared.db import Database
 from shared.schedule import plan_schedule
 from tests.e2e import LOOPBACK_URL
 from tests.runs import make_spec, train
-from worker.training import _Progress
+from worker.progress import Progress
 
 SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 SST2 = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
@@ -63,8 +63,8 @@ def test_a_trainer_configs_greater_is_better_and_fractional_epochs_are_kept(tmp_
 
 
 def test_greater_is_better_ranks_the_evaluations_as_given() -> None:
-    as_given = _Progress(steps_per_epoch=1, ranking="accuracy", greater=False)
-    own_way = _Progress(steps_per_epoch=1, ranking="accuracy")
+    as_given = Progress(steps_per_epoch=1, ranking="accuracy", greater=False)
+    own_way = Progress(steps_per_epoch=1, ranking="accuracy")
     for progress in (as_given, own_way):
         for step, value in ((1, 0.7), (2, 0.9), (3, 0.6)):
             progress.completed_steps = step

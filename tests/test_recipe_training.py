@@ -17,7 +17,7 @@ from shared.config import Settings
 from tests.kit import TINY_MODEL
 from tests.runs import RecordingReporter, make_spec, resume, saving_spec, train
 from worker.checkpoints import checkpoint_path
-from worker.training import _Progress
+from worker.progress import Progress
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_early_stopping_stops_after_patience_evaluations_without_improvement(
 def test_evaluations_without_improvement_are_counted_as_trainer_counts_them(
     values: list[float], metric: str, threshold: float, counts: list[int]
 ) -> None:
-    progress = _Progress(steps_per_epoch=1, ranking=metric)
+    progress = Progress(steps_per_epoch=1, ranking=metric)
     seen = []
     for step, value in enumerate(values, start=1):
         progress.completed_steps = step

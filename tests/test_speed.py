@@ -28,9 +28,10 @@ from shared.spec import FAST_SETTINGS, JobSpec
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, make_spec
 from worker import throughput
+from worker.batches import pad_multiple
 from worker.data import in_row_order, longest_first, row_lengths
 from worker.modeling import head_in_fp32, load_model
-from worker.training import pad_multiple, run_training
+from worker.training import run_training
 
 BASE = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 
@@ -275,7 +276,7 @@ def test_bf16_job_on_cpu_pads_to_no_multiple_and_reports_its_fp32_modules(
 def test_shuffled_length_groups_are_trainers_batches_in_another_order() -> None:
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    from worker.training import ShuffledLengthGroups
+    from worker.batches import ShuffledLengthGroups
 
     lengths = [int(n) for n in np.random.default_rng(0).integers(3, 60, size=1000)]  # 31 batches of 32 + 8
 

@@ -1,0 +1,153 @@
+"""What a run leaves behind once it trained: the final model (the best checkpoint's, on request),
+predictions (GLUE's submission files, test_file's predict_results.tsv) and the summary that becomes
+the job's `result`."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
+
+from shared.artifact_links import artifact_path, download_command
+from shared.config import Settings
+from shared.spec import JobSpec
+from worker.batches import collator
+from worker.data import RawData, TokenizedData, in_row_order, longest_first
+from worker.job_storage import JobStorage
+from worker.meter import Meter
+from worker.modeling import save_model_files
+from worker.progress import Progress
+from worker.run_checkpoints import RunCheckpoints
+from worker.run_reports import MainProcessReporter
+from worker.submission import write_glue_submission
+
+
+def final_model(
+    accelerator: Accelerator,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: JobSpec,
+    progress: Progress,
+    saved: RunCheckpoints,
+    report: MainProcessReporter,
+    storage: JobStorage,
+) -> dict[str, float]:
+    """Save the final model (the best checkpoint's, on request); the evaluation of its weights."""
+    final_metrics = progress.eval_metrics.get(progress.completed_steps, {})
+    if spec.load_best_model_at_end and progress.best_step is not None:
+        saved.load_best()
+        final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
+        report.log(
+            f"loaded the best checkpoint (step {progress.best_step}, {progress.ranking} "
+            f"{progress.best_value:.4f}) for the final model"
+        )
+    _save_final_model(accelerator, model, tokenizer, spec, report, storage)
+    return final_metrics
+
+
+def _save_final_model(
+    accelerator: Accelerator,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: JobSpec,
+    report: MainProcessReporter,
+    storage: JobStorage,
+) -> None:
+    output_dir, job_id = storage.local, storage.job_id
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model)
+    if accelerator.is_main_process:
+        # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
+        save_model_files(unwrapped, tokenizer, output_dir)
+        what = "LoRA adapter" if spec.apply_lora else "model"
+        report.log(
+            f"saved the {what} and tokenizer: {download_command(job_id)} (files at {artifact_path(job_id)})"
+        )
+        if spec.apply_lora and spec.save_merged_model:
+            merged_dir = output_dir / "merged"
+            unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
+            tokenizer.save_pretrained(str(merged_dir))
+            report.log(f"saved the model with the adapter merged in: {artifact_path(job_id, 'merged')}/…")
+    accelerator.wait_for_everyone()
+
+
+def write_predictions(
+    accelerator: Accelerator,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: JobSpec,
+    settings: Settings,
+    raw: RawData,
+    data: TokenizedData,
+    report: MainProcessReporter,
+    storage: JobStorage,
+) -> None:
+    """GLUE's submission file(s) for the task's test split, and test_file's predictions."""
+    output_dir, job_id = storage.local, storage.job_id
+    if spec.do_predict and spec.task_name:
+        write_glue_submission(accelerator, model, tokenizer, spec, settings, output_dir, report.log)
+    if data.test is None:
+        return
+    # Like run_glue.py's predict_results file.
+    test = data.test.remove_columns([c for c in data.test.column_names if c == "labels"])
+    order = None
+    if spec.group_eval_by_length:
+        test, order = longest_first(test)
+    collate = collator(tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=None)
+    dataloader = accelerator.prepare(
+        DataLoader(test, collate_fn=collate, batch_size=spec.per_device_eval_batch_size)
+    )
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for batch in dataloader:
+            outputs.append(accelerator.gather_for_metrics(model(**batch).logits.float()).cpu())
+    restored = torch.cat(outputs)
+    logits = (in_row_order(restored, order) if order is not None else restored).numpy()
+    if accelerator.is_main_process:
+        path = output_dir / "predict_results.tsv"
+        label_names = raw.label_names
+        with path.open("w") as out:
+            out.write("index\tprediction\n")
+            for index, row in enumerate(logits):
+                if label_names is None:
+                    out.write(f"{index}\t{float(row[0]):.3f}\n")
+                else:
+                    out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
+        report.log(f"wrote {len(logits)} test predictions: {artifact_path(job_id, path.name)}")
+
+
+def summary(
+    accelerator: Accelerator,
+    model: Any,
+    progress: Progress,
+    meter: Meter,
+    final_metrics: dict[str, float],
+    *,
+    parameter_counts: dict[str, Any],
+    peak_flops: float | None,
+    output_dir: Path,
+    tokenized_from_cache: bool,
+) -> dict[str, Any]:
+    """The run's summary: the job's `result`."""
+    return {
+        **parameter_counts,
+        "completed_steps": progress.completed_steps,
+        "epochs": progress.epoch,
+        "stopped_early": progress.stopped_early,
+        **meter.summary(accelerator.unwrap_model(model), peak_flops),
+        "final_metrics": final_metrics,
+        "best_step": progress.best_step,
+        "model_dir": str(output_dir),
+        "tokenized_from_cache": tokenized_from_cache,
+        "num_processes": accelerator.num_processes,
+        "device": str(accelerator.device),
+        "mixed_precision": accelerator.mixed_precision,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
