@@ -44,7 +44,7 @@ from bench.harness import (  # noqa: E402
     run_job,
     save_tiny_bert,
 )
-from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
 from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 
 # What each mode adds to the base job. "fast" is the spec's own switch: what it sets is in
@@ -118,6 +118,9 @@ def main() -> int:
     with run_folder("gluejobs-speed-", keep=args.keep) as root:
         settings = bench_settings(root, database_url=args.database_url, poll_interval_s=0.2)
         install_demo_files(settings)
+        # MiniLM as a models-folder model: the demo registers it through the API's store instead, and a
+        # bare name no longer resolves offline.
+        shutil.copytree(demo_model_folder(settings), settings.models_dir / MODEL_NAME, dirs_exist_ok=True)
         if args.gpu_roberta:
             # An encoder of roberta-base's size, randomly initialised, with MiniLM's tokenizer (no download).
             models = settings.models_dir
