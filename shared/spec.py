@@ -32,7 +32,7 @@ from pydantic import (
 from shared import error_words
 from shared.config import Settings
 from shared.data_scope import DataScope
-from shared.errors import InvalidSpec, field_error, quote
+from shared.errors import GluejobsError, InvalidSpec, field_error, quote
 from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.registered_models import RegisteredModel, is_registered, parse_reference
@@ -710,30 +710,53 @@ def locate_model(name: str, models_dir: Path) -> Path | str:
     return name
 
 
-def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSpec:
+def check_paths(
+    spec: JobSpec, settings: Settings, *, scope: DataScope, problems: list[GluejobsError] | None = None
+) -> JobSpec:
     """Refuse data files outside the caller's data folder (`scope`, shared/data_scope.py) and model
-    folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots."""
+    folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots.
+
+    Each file and the model are checked whatever the others hold: with `problems`, each refusal is
+    appended there and its field left as given (the caller checks the rest and refuses them all at
+    once); without, the first refusal is raised."""
     updates: dict[str, Any] = {}
     uploaded: dict[str, UploadedFile] = {}
+    found: list[GluejobsError] = []
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(spec, field)
-        if value is not None and is_file_id(value):
-            uploaded[field] = scope.uploaded(
-                value, field=field, pinned=(spec.uploaded_files or {}).get(field)
-            )
-        elif value is not None:
-            updates[field] = scope.stored(scope.resolve(value, field=field))
-            try:
-                check_data_suffix(value)  # a path the field's validator could not place: see there
-            except ValueError as exc:
-                raise InvalidSpec(str(exc), field=field) from None
+        try:
+            if value is not None and is_file_id(value):
+                uploaded[field] = scope.uploaded(
+                    value, field=field, pinned=(spec.uploaded_files or {}).get(field)
+                )
+            elif value is not None:
+                updates[field] = scope.stored(scope.resolve(value, field=field))
+                try:
+                    check_data_suffix(value)  # a path the field's validator could not place: see there
+                except ValueError as exc:
+                    raise InvalidSpec(str(exc), field=field) from None
+        except GluejobsError as exc:  # InvalidSpec, and NotFound for a file id that is not the caller's
+            updates.pop(field, None)
+            found.append(exc)
     updates["uploaded_files"] = uploaded or None
+    try:
+        updates.update(_model_paths(spec, settings, scope=scope))
+    except GluejobsError as exc:
+        found.append(exc)
+    if found and problems is None:
+        raise found[0]
+    if problems is not None:
+        problems.extend(found)
+    return spec.model_copy(update=updates)
+
+
+def _model_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str, Any]:
     if is_registered(spec.model_name_or_path):
-        updates["registered_model"] = scope.registered(
+        registered = scope.registered(
             spec.model_name_or_path, field="model_name_or_path", pinned=spec.registered_model
         )
-        return spec.model_copy(update=updates)
-    updates["registered_model"] = None
+        return {"registered_model": registered}
+    updates: dict[str, Any] = {"registered_model": None}
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))
@@ -742,4 +765,4 @@ def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSp
             updates["model_name_or_path"] = check_model_name(relative)
         except ValueError as exc:
             raise InvalidSpec(f"the model folder's real path: {exc}", field="model_name_or_path") from None
-    return spec.model_copy(update=updates)
+    return updates
