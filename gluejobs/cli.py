@@ -31,7 +31,7 @@ from gluejobs import (
 )
 from gluejobs.arguments import CommandParser
 from gluejobs.client import DEFAULT_URL, ApiError, Client, Job, RetryPolicy
-from gluejobs.output import closed_pipe, error_line, print_json, table
+from gluejobs.output import closed_pipe, print_error, print_json, table
 from gluejobs.watch import watch_job
 
 # Commands that hand the rest of the command line to another parser.
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(handler(args, extra) or 0)
     except (CliError, ApiError) as exc:
-        print(error_line(args.command, exc), file=sys.stderr)
+        print_error(args.command, exc)
         return 2
     except BrokenPipeError:  # `gluejobs ls | head`: the reader has what it wanted
         return closed_pipe()
@@ -322,8 +322,10 @@ def _print_plan(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     if args.json:
         print_json(plan.raw)
         return 0
-    print(json.dumps(plan.spec, indent=2))
+    # The plan (its warnings first) before the resolved spec's many lines.
     print("\n".join(research_cli.plan_lines(plan.raw)))
+    print("resolved spec:")
+    print(json.dumps(plan.spec, indent=2))
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from gluejobs._files import PURPOSE_OF_FIELD, LocalFile, is_local_file
 from gluejobs.client import Client, FileInfo
-from gluejobs.output import print_json
+from gluejobs.output import print_json, print_warnings
 
 AddClientCommand = Callable[..., argparse.ArgumentParser]
 
@@ -46,6 +46,7 @@ def run_files(args: argparse.Namespace, client: Client) -> int:
     if args.files_command == "upload":
         file = client.files.create(args.path, purpose=args.purpose, task_name=args.task_name)
         print(_line(file))
+        print_warnings(warning.line() for warning in file.warning_problems)
         return 0
     client.files.delete(args.file_id)
     print(f"{args.file_id} deleted")
@@ -77,6 +78,7 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
                 f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)",
                 file=sys.stderr,
             )
+            print_warnings(warning.line() for warning in file.warning_problems)
             resolved[field] = file.id
             continue
         local = LocalFile.read(value)

@@ -43,6 +43,7 @@ from shared.data_files import (
     read_local_test_splits,
 )
 from shared.data_scope import DataScope
+from shared.data_warnings import class_warnings, long_rows_warning, word_counts
 from shared.errors import InvalidSpec, Problem
 from shared.spec import IntervalStrategy, JobSpec
 from shared.suggest import near_matches
@@ -156,7 +157,7 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         refusal = InvalidSpec(problems=in_file_order([first, *(p for p in others if p != first)]))
         _cache.put(key, refusal)
         raise refusal from exc
-    report = _report(data, predict, own_labels=spec.task_name is None)
+    report = _report(data, predict, own_labels=spec.task_name is None, max_length=spec.max_length)
     if spec.do_predict and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
@@ -241,7 +242,9 @@ def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit
     return read_local_test_splits(TASKS[spec.task_name], settings.glue_dir)
 
 
-def _report(data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool) -> DataReport:
+def _report(
+    data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool, max_length: int
+) -> DataReport:
     splits: dict[str, SplitReport] = {}
     named = {"train": data.train, **data.evals, "test": data.test}
     for name, rows in named.items():
@@ -257,8 +260,25 @@ def _report(data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool
         text_keys=data.text_keys,
         is_regression=data.is_regression,
         label_names=data.label_names,
-        warnings=label_typos(data.train, splits.get("train")) if own_labels else [],
+        warnings=[
+            *(label_typos(data.train, splits.get("train")) if own_labels else []),
+            *(w.line() for w in _train_warnings(data.train, splits.get("train"), max_length)),
+        ],
     )
+
+
+def _train_warnings(train: Split | None, report: SplitReport | None, max_length: int) -> list[Problem]:
+    """Rare classes, imbalance and rows that will be truncated, in the rows the job trains on (of a
+    file the caller may be told about: a GLUE split's or the caller's own)."""
+    if train is None or report is None or not train.table.quotable:
+        return []
+    field = train.table.field or "task_name"
+    warnings = class_warnings(report.label_counts or {}, field)
+    if train.weights is None and len(train.texts):  # an upload's tally has no texts: its upload warned
+        long = int((word_counts(train.texts) > max_length).sum())
+        found = long_rows_warning(long, len(train.texts), max_length, field)
+        warnings += [found] if found is not None else []
+    return warnings
 
 
 def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
@@ -317,6 +337,7 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             spec.max_eval_samples,
             spec.evaluates,
             spec.do_predict,
+            spec.max_length,  # the long rows' warning
             str(settings.glue_dir),
             str(settings.data_dir),
             scope.owned_folder,  # what the refusal may quote

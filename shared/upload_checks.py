@@ -43,7 +43,8 @@ from shared.data_files import (
     _texts,
     read_error,
 )
-from shared.errors import InvalidRequest, quote
+from shared.data_warnings import DEFAULT_MAX_LENGTH, label_warnings, long_rows_warning, word_counts
+from shared.errors import InvalidRequest, Problem, quote
 from shared.file_limits import (
     FileLimits,
     OverLimit,
@@ -111,7 +112,7 @@ def check_upload(
     suffix = f".{file_format(filename)}"
     where = f"file {filename!r}"
     tally = _Labels(task)
-    rows, columns = 0, list[str]()
+    rows, columns, long_rows = 0, list[str](), 0
     text_keys: tuple[str, str | None] | None = task.text_keys if task else None
     try:
         for frame in _pieces(path, suffix, limits):
@@ -122,9 +123,8 @@ def check_upload(
             table = Table(frame, where, "", FIELD, path, True, first_row=rows)
             if text_keys is None:
                 text_keys = _infer_text_keys(table)
-            for key in text_keys:
-                if key is not None:
-                    _texts(table, key)
+            texts = {key: _texts(table, key) for key in text_keys if key is not None}
+            long_rows += int((word_counts(pd.DataFrame(texts)) > DEFAULT_MAX_LENGTH).sum())
             tally.add(table, labels_required=purpose != "test")
             rows += len(frame)
     except DataError as exc:
@@ -137,8 +137,21 @@ def check_upload(
     if rows == 0:
         raise InvalidRequest(f"{where} has no rows", field=FIELD)
     assert text_keys is not None
-    checks = {"text_columns": [key for key in text_keys if key is not None], **tally.summary(where)}
+    checks = {
+        "text_columns": [key for key in text_keys if key is not None],
+        **tally.summary(where),
+        "long_rows": {"max_length": DEFAULT_MAX_LENGTH, "rows": long_rows},
+    }
     return UploadReport(suffix.removeprefix("."), rows, columns, checks)
+
+
+def upload_warnings(checks: dict[str, Any], rows: int) -> list[Problem]:
+    """What an upload's checks found that will train but probably not as meant (shared/data_warnings.py):
+    a function of the stored checks, so the upload's answer and every later read give the same."""
+    warnings = label_warnings(checks.get("label_counts") or {}, FIELD)
+    long = checks.get("long_rows") or {}
+    found = long_rows_warning(int(long.get("rows") or 0), rows, int(long.get("max_length") or 0), FIELD)
+    return warnings + ([found] if found is not None else [])
 
 
 def _column_names(frame: pd.DataFrame, where: str) -> list[str]:

@@ -7,8 +7,8 @@ Real GLUE rows (SST-2) in real files, SQLite and Postgres, the API in-process.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -43,11 +43,35 @@ def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
 
 
 @pytest.fixture
-def client(settings: Settings, db: Database) -> TestClient:
-    return TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
+def client(settings: Settings, db: Database) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, db), base_url=LOOPBACK_URL) as test_client:
+        yield test_client
 
 
-def test_three_problems_in_one_answer(client: TestClient, settings: Settings, db: Database, glue_data: Path) -> None:
+def warned_rows(glue_data: Path) -> list[tuple[str, str]]:
+    """SST-2's real rows shaped to deserve each warning: 300 positive and 20 negative rows (15 to 1),
+    one `postive`, and 5 rows of 140+ words (consecutive SST-2 sentences joined) that max_length
+    128 truncates."""
+    rows = sst2_rows(glue_data, 3000)
+    positive = [(text, "positive") for text, label in rows if label == "1"][:300]
+    negative = [(text, "negative") for text, label in rows if label == "0"][:20]
+    long_rows, words = [], list[str]()
+    for text, _label in rows[1000:]:
+        words += text.split()
+        if len(words) > 140:
+            long_rows.append((" ".join(words), "positive"))
+            words = []
+        if len(long_rows) == 5:
+            break
+    return [*positive[:150], ("a postive surprise", "postive"), *negative, *long_rows, *positive[150:]]
+
+
+WARNING_CODES = {"label_near_duplicate", "rare_class", "label_imbalance", "long_rows"}
+
+
+def test_three_problems_in_one_answer(
+    client: TestClient, settings: Settings, db: Database, glue_data: Path
+) -> None:
     """A flag typo, a data file that is not there and a label that does not fit the task: one 422
     names all three, the spec's problem first, and nothing is stored."""
     rows = sst2_rows(glue_data)
@@ -98,5 +122,59 @@ def test_problems_are_bounded(client: TestClient) -> None:
     assert {p["code"] for p in error["errors"]} == {"unknown_field"}
 
 
-def _ids(answer: dict[str, Any]) -> list[str]:
-    return [p["field"] for p in answer["error"]["errors"]]
+def test_upload_warnings_are_answered_and_kept(
+    client: TestClient, glue_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """POST /v1/files answers the warnings of a real GLUE-derived file (near-duplicate label, rare
+    class, imbalance, rows that max_length 128 truncates); GET shows the same; a clean file has none;
+    `gluejobs files upload` prints each on a line of its own."""
+    path = write_csv(tmp_path / "warned.csv", warned_rows(glue_data))
+    answer = client.post("/v1/files", files={"file": ("warned.csv", path.read_bytes())})
+    assert answer.status_code == 201, answer.text
+    file = answer.json()
+    warnings = {w["code"]: w for w in file["warnings"]}
+    assert set(warnings) == WARNING_CODES, file["warnings"]
+    assert all(w["field"] == "file" for w in file["warnings"])
+    assert (
+        "label 'postive' (1 rows) looks like a misspelling of 'positive' (305 rows)"
+        in (warnings["label_near_duplicate"]["message"])
+    )
+    assert "label 'postive' has 1 of 326 rows (0.3%)" in warnings["rare_class"]["message"]
+    assert "'positive' has 305 rows, 'negative' 20 (15.2 to 1" in warnings["label_imbalance"]["message"]
+    assert "at least 5 of 326 rows have more words than max_length 128" in warnings["long_rows"]["message"]
+    assert file["checks"]["long_rows"] == {"max_length": 128, "rows": 5}
+    assert client.get(f"/v1/files/{file['id']}").json()["warnings"] == file["warnings"]
+
+    clean = write_csv(tmp_path / "clean.csv", sst2_rows(glue_data, 200))
+    answer = client.post(
+        "/v1/files", files={"file": ("clean.csv", clean.read_bytes())}, data={"task_name": "sst2"}
+    )
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["warnings"] == []
+
+
+def test_dry_run_warnings_come_first_and_the_job_keeps_them(
+    client: TestClient, glue_data: Path, tmp_path: Path
+) -> None:
+    """A dry run on the warned file answers its warnings first (before the spec's many lines); the job
+    submitted with it carries them, and GET /v1/jobs/{id} shows them."""
+    path = write_csv(tmp_path / "warned.csv", warned_rows(glue_data))
+    file_id = client.post("/v1/files", files={"file": ("warned.csv", path.read_bytes())}).json()["id"]
+    spec = {"model_name_or_path": TINY_MODEL, "train_file": file_id, "eval_strategy": "no", "seed": 1}
+    plan = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec})
+    assert plan.status_code == 200, plan.text
+    assert list(plan.json())[:2] == ["dry_run", "warnings"]
+    lines = plan.json()["warnings"]
+    assert any(
+        line.startswith("train_file: label 'postive' (1 row) looks like a typo of 'positive'")
+        for line in lines
+    ), lines
+    assert any(line.startswith("train_file: labels are imbalanced") for line in lines), lines
+    assert any(line.startswith("train_file: label 'postive' has 1 of 326 rows") for line in lines), lines
+
+    job = client.post("/v1/jobs", json={"spec": spec})
+    assert job.status_code == 201, job.text
+    kept = job.json()["warnings"]
+    assert any("looks like a typo of 'positive'" in line for line in kept), kept
+    assert any("labels are imbalanced" in line for line in kept), kept
+    assert client.get(f"/v1/jobs/{job.json()['id']}").json()["warnings"] == kept
