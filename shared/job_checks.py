@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from shared.config import Settings
 from shared.data_checks import check_job_data, data_problems, too_large_to_check, too_large_words
+from shared.data_files import SPEC_FILE_FIELDS
 from shared.data_scope import DataScope
 from shared.errors import GluejobsError, InvalidRequest, InvalidSpec, NotFound, Problem
 from shared.metric_rules import greater_is_better
@@ -51,7 +52,7 @@ def check_job_spec(
         _collect(found, lambda: check_model(checked.model_name_or_path, settings, notes))
     notes += spec_warnings(spec)
     if read_data and settings.check_data_on_submit:
-        large = too_large_to_check(checked, settings)
+        large = too_large_to_check(_readable(checked, found), settings)
         if large:  # bounded memory in the API: the worker reads and checks it when the job starts
             notes.append(f"not checked at submission: {too_large_words(large, settings)}")
         elif found:  # the other files are still read, so that one answer names every problem
@@ -76,7 +77,7 @@ def spec_problems(
     checked = _checked_paths(spec, settings, scope=scope, problems=found)
     if "model_name_or_path" not in skip and not any(_field(e) == "model_name_or_path" for e in found):
         _collect(found, lambda: check_model(checked.model_name_or_path, settings, []))
-    if read_data and not too_large_to_check(checked, settings):
+    if read_data and not too_large_to_check(_readable(checked, found, skip), settings):
         failed = {*skip, *(_field(exc) for exc in found)}
         found += _as_errors(data_problems(checked, settings, scope=scope, skip=failed))
     return [p for p in _problems(found) if p.field.partition(".")[0] not in skip]
@@ -100,6 +101,12 @@ def _checked_paths(
     except InvalidSpec as exc:
         problems.append(exc)
         return checked
+
+
+def _readable(spec: JobSpec, found: Sequence[GluejobsError], skip: Collection[str] = ()) -> JobSpec:
+    """The spec without the data files that were refused (their paths may leave the data folder)."""
+    refused = {*skip, *(_field(exc).removeprefix("uploaded_files.").partition(".")[0] for exc in found)}
+    return spec.model_copy(update={name: None for name in SPEC_FILE_FIELDS if name in refused})
 
 
 def _collect(found: list[GluejobsError], check: Callable[[], object]) -> None:
