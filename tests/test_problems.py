@@ -9,17 +9,19 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from gluejobs.cli import main as cli
 from service.main import create_app
 from shared.config import Settings
 from shared.db import Database
 from shared.errors import MAX_PROBLEMS
 from shared.models import Job
 from tests.dbutil import count_rows
-from tests.e2e import LOOPBACK_URL
+from tests.e2e import LOOPBACK_URL, live_api
 from tests.kit import TINY_MODEL
 
 SST2_ROWS = 400
@@ -178,3 +180,44 @@ def test_dry_run_warnings_come_first_and_the_job_keeps_them(
     assert any("looks like a typo of 'positive'" in line for line in kept), kept
     assert any("labels are imbalanced" in line for line in kept), kept
     assert client.get(f"/v1/jobs/{job.json()['id']}").json()["warnings"] == kept
+
+
+def test_the_command_line_prints_every_problem_and_every_warning(
+    settings_factory: Any,
+    sqlite_url: str,
+    glue_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`gluejobs submit` prints each of the API's problems on a line of its own (a bad value, a bad
+    label, a missing file); `gluejobs files upload` prints each warning on a line of its own."""
+    settings: Settings = settings_factory(sqlite_url)
+    rows = sst2_rows(glue_data)
+    rows[17] = (rows[17][0], "postive")
+    write_csv(settings.data_dir / "sst2_train.csv", rows)
+    warned = write_csv(tmp_path / "local" / "warned.csv", warned_rows(glue_data))
+    elsewhere = tmp_path / "elsewhere"  # the data paths name the API's files, not this folder's
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with live_api(settings) as http:
+        url = str(http.base_url).rstrip("/")
+        flags = ["--model_name_or_path", TINY_MODEL, "--task_name", "sst2", "--learning_rate", "fast"]
+        files = ["--train_file", "sst2_train.csv", "--validation_file", "sst2_dev.csv"]
+        code = cli(["submit", *flags, *files, "--url", url])
+        _out, err = capsys.readouterr()
+        assert code == 2
+        lines = err.splitlines()
+        assert lines[0] == "gluejobs submit: 3 problems", err
+        assert lines[1] == "  spec.learning_rate: must be a number, not 'fast'", err
+        assert lines[2].startswith(
+            "  spec.train_file: train_file 'sst2_train.csv': label 'postive' on row 18"
+        ), err
+        assert lines[3].startswith("  spec.validation_file: validation_file 'sst2_dev.csv' not found"), err
+
+        code = cli(["files", "upload", str(warned), "--url", url])
+        out, err = capsys.readouterr()
+        assert code == 0 and out.startswith("file-"), (out, err)
+        warnings = [line for line in err.splitlines() if line.startswith("warning: file: ")]
+        assert len(warnings) == 4, err
+        assert "label 'postive' (1 rows) looks like a misspelling of 'positive'" in warnings[0]
