@@ -173,3 +173,15 @@ def field_error(field: str, message: str, value: object = None) -> ValidationErr
         "JobSpec",
         [InitErrorDetails(type=PydanticCustomError("invalid_spec", message), loc=(field,), input=value)],
     )
+
+
+def field_errors(found: Sequence[tuple[str, str]]) -> ValidationError:
+    """One pydantic ValidationError for several model-level problems (`(field, message)` each), so a
+    spec's every incoherence is refused at once rather than the first of them."""
+    return ValidationError.from_exception_data(
+        "JobSpec",
+        [
+            InitErrorDetails(type=PydanticCustomError("invalid_spec", message), loc=(field,), input=None)
+            for field, message in found
+        ],
+    )

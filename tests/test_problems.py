@@ -113,6 +113,28 @@ def test_three_problems_in_one_answer(
     assert count_rows(db, Job) == 0
 
 
+def test_every_incoherence_of_a_spec_at_once(client: TestClient, db: Database) -> None:
+    """Options that contradict each other are refused together, each naming its field."""
+    spec = {
+        "model_name_or_path": TINY_MODEL,
+        "task_name": "sst2",
+        "fp16": True,
+        "bf16": True,
+        "num_warmup_steps": 10,
+        "warmup_ratio": 0.1,
+        "lora_r": 4,
+    }
+    response = client.post("/v1/jobs", json={"spec": spec})
+    assert response.status_code == 422, response.text
+    problems = response.json()["error"]["errors"]
+    assert [(p["field"], p["code"]) for p in problems] == [
+        ("spec.lora_r", "invalid_spec"),
+        ("spec.warmup_ratio", "invalid_spec"),
+        ("spec.bf16", "invalid_spec"),
+    ], problems
+    assert count_rows(db, Job) == 0
+
+
 def test_problems_are_bounded(client: TestClient) -> None:
     """A spec with hundreds of unknown keys is refused in a bounded answer that counts the rest."""
     spec = {"model_name_or_path": TINY_MODEL, "task_name": "sst2", **{f"flag_{i}": 1 for i in range(120)}}
