@@ -60,8 +60,8 @@ def _more_problems(request: Request, exc: RequestValidationError) -> list[dict[s
     locations = [tuple(e.get("loc") or ()) for e in exc.errors()]
     in_spec = [loc[2:] for loc in locations if loc[:2] == ("body", SPEC)]
     refused = refused_keys(in_spec)
-    if not in_spec or refused is None:
-        return []  # the spec itself was fine: no new problem to find in it; or refused as a whole
+    if refused is None:
+        return []  # the spec refused as a whole (not an object …): nothing to salvage
     salvaged = salvage(body[SPEC], refused)
     if salvaged is None:
         return []

@@ -109,7 +109,13 @@ def test_three_problems_in_one_answer(
     response = client.post("/v1/jobs", json={"spec": spec})
     assert response.status_code == 422, response.text
     fields = [p["field"] for p in response.json()["error"]["errors"]]
-    assert sorted(fields) == ["spec.train_file", "spec.validation_file"], fields
+    assert fields == ["spec.train_file", "spec.validation_file"], fields
+
+    # A queue option refused (before any route runs) does not hide the data's problems either.
+    response = client.post("/v1/jobs", json={"spec": spec, "priority": "high"})
+    assert response.status_code == 422, response.text
+    fields = [p["field"] for p in response.json()["error"]["errors"]]
+    assert fields == ["priority", "spec.train_file", "spec.validation_file"], fields
     assert count_rows(db, Job) == 0
 
 
