@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 import httpx
 
-from gluejobs._types import ApiError, Job, StreamEvent
+from gluejobs._types import ApiError, Job, Problem, StreamEvent
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 30.0
@@ -155,10 +155,20 @@ class Answer:
             ) from None
 
     def error(self) -> ApiError:
-        """The API's error (`{"error": {"code", "message", "field"?}}`), or the status and text."""
+        """The API's error (`{"error": {"code", "message", "field"?, "errors"?}}`), or the status and
+        text."""
         try:
             body = json.loads(self.content)["error"]
-            return ApiError(self.status_code, str(body["code"]), str(body["message"]), body.get("field"))
+            omitted = body.get("errors_omitted")
+            return ApiError(
+                self.status_code,
+                str(body["code"]),
+                str(body["message"]),
+                body.get("field"),
+                problems=Problem.parse(body.get("errors")),
+                problems_omitted=omitted if isinstance(omitted, int) else 0,
+                warnings=Problem.parse(body.get("warnings")),
+            )
         except (ValueError, RecursionError, KeyError, TypeError):
             reason = self.text[:500] or httpx.codes.get_reason_phrase(self.status_code)
             return ApiError(self.status_code, "http_error", reason)

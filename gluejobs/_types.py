@@ -11,17 +11,56 @@ from typing import Any, TypeVar
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
-class ApiError(Exception):
-    """An error answer of the API (`{"error": {"code", "message", "field"?}}`) with its status code,
-    or status_code 0 where no usable answer came: `unreachable` (no answer at all), or an answer the
-    client refuses to act on — `unsafe_path` (a download path that leaves its folder),
-    `answer_too_large`, `invalid_answer`."""
+@dataclass(frozen=True)
+class Problem:
+    """One problem the API found (`error.errors`), or one warning (`warnings` of an upload)."""
 
-    def __init__(self, status_code: int, code: str, message: str, field: str | None = None) -> None:
+    field: str
+    code: str
+    message: str
+
+    def line(self) -> str:
+        """`field: message`, the one-line form the command prints."""
+        return self.message if self.message.startswith(f"{self.field}: ") else f"{self.field}: {self.message}"
+
+    @classmethod
+    def parse(cls, items: Any) -> list[Problem]:
+        """The problems of an answer's list, skipping what is not one (a newer API's other shapes)."""
+        if not isinstance(items, list):
+            return []
+        return [
+            cls(str(item.get("field") or ""), str(item.get("code") or ""), str(item.get("message") or ""))
+            for item in items
+            if isinstance(item, Mapping)
+        ]
+
+
+class ApiError(Exception):
+    """An error answer of the API (`{"error": {"code", "message", "field"?, "errors"?}}`) with its
+    status code, or status_code 0 where no usable answer came: `unreachable` (no answer at all), or
+    an answer the client refuses to act on — `unsafe_path` (a download path that leaves its folder),
+    `answer_too_large`, `invalid_answer`. A 422 carries every problem the API found (`problems`, the
+    first also as `field`/`message`), how many more it did not list (`problems_omitted`), and the
+    warnings it answered beside them."""
+
+    def __init__(
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        *,
+        problems: list[Problem] | None = None,
+        problems_omitted: int = 0,
+        warnings: list[Problem] | None = None,
+    ) -> None:
         self.status_code = status_code
         self.code = code
         self.message = message
         self.field = field
+        self.problems = problems or []
+        self.problems_omitted = problems_omitted
+        self.warnings = warnings or []
         where = f" ({field})" if field else ""
         super().__init__(
             f"{status_code} {code}{where}: {message}" if status_code else f"{code}{where}: {message}"
@@ -277,7 +316,13 @@ class FileInfo(Result):
     rows: int = 0
     columns: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # {field, code, message}: see problems
     created_at: datetime | None = None
+
+    @property
+    def warning_problems(self) -> list[Problem]:
+        """The upload's warnings (near-duplicate labels, rare classes, imbalance, long rows), typed."""
+        return Problem.parse(self.warnings)
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,7 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     spec = plan["spec"]
     source = spec.get("task_name") or spec.get("train_file")
     lines = [f"plan for {source} on {spec['model_name_or_path']} (seed {spec['seed']}); nothing was stored"]
+    lines += [f"  warning: {w}" for w in plan["warnings"]]  # at the top, where they are read
     for name, split in plan["data"]["splits"].items():
         labels = split.get("label_counts") or split.get("score_range") or {}
         shown = ", ".join(f"{k} {v}" for k, v in labels.items())
@@ -169,7 +170,6 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     lines.append("  " + _schedule_line(plan["schedule"], spec))
     lines.append("  " + _tokens_line(plan["tokens"]))
     lines.append("  " + _memory_line(plan["memory"]))
-    lines += [f"  warning: {w}" for w in plan["warnings"]]
     return lines
 
 

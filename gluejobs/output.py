@@ -26,6 +26,29 @@ def error_line(command: str, exc: Exception) -> str:
     return f"gluejobs {command}: {message}"
 
 
+def error_lines(command: str, exc: Exception) -> list[str]:
+    """What the command prints for an error: its one line, or, when the API found several problems,
+    a line saying how many and then each problem on a line of its own (`field: message`), with the
+    count of those the answer did not list and the warnings it answered beside them."""
+    problems = exc.problems if isinstance(exc, ApiError) else []
+    warnings = exc.warnings if isinstance(exc, ApiError) else []
+    omitted = exc.problems_omitted if isinstance(exc, ApiError) else 0
+    if len(problems) + omitted <= 1:
+        lines = [error_line(command, exc)]
+    else:
+        lines = [f"gluejobs {command}: {len(problems) + omitted} problems"]
+        lines += [f"  {problem.line()}" for problem in problems]
+        if omitted:
+            lines.append(f"  … and {omitted} more not listed")
+    return lines + [f"warning: {warning.line()}" for warning in warnings]
+
+
+def print_error(command: str, exc: Exception) -> None:
+    """The error lines, on stderr: every problem the API found, one a line."""
+    for line in error_lines(command, exc):
+        print(line, file=sys.stderr)
+
+
 def print_json(value: Any) -> None:
     """`--json`: one JSON document (a list for several items), so `| jq` and json.loads read it whole."""
     print(json.dumps(value, indent=2))

@@ -1,8 +1,15 @@
-"""One place that turns errors into `{"error": {"code", "message", "field"?}}` responses."""
+"""One place that turns errors into `{"error": {"code", "message", "field"?}}` responses.
+
+A 422 also lists every problem found, `error.errors`: `[{field, code, message}]` (DESIGN.md's
+contract), the first of them also as `error.field`/`error.message`; at most MAX_PROBLEMS, with
+`error.errors_omitted` counting the rest. What passed with a word of warning beside a refusal is in
+`error.warnings`, in the same shape.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,7 +23,7 @@ from service.error_log import describe_failure
 from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
 from service.schemas import JobCreate, SweepCreate
 from shared import error_words
-from shared.errors import GluejobsError, InvalidSpec, TooBusy, shorten
+from shared.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, TooBusy, shorten
 from shared.resilience import is_transient
 from shared.spec import spec_keys
 
@@ -48,14 +55,42 @@ def error_response(
     message: str,
     field: str | None = None,
     headers: dict[str, str] | None = None,
+    *,
+    problems: Sequence[Problem] = (),
+    warnings: Sequence[Problem] = (),
 ) -> JSONResponse:
-    body: dict[str, str] = {"code": code, "message": shorten(message, MAX_MESSAGE_CHARS)}
+    body: dict[str, Any] = {"code": code, "message": shorten(message, MAX_MESSAGE_CHARS)}
     if field is not None:
         body["field"] = field
+    if status == 422 or len(problems) > 1:
+        listed = list(problems) or [Problem(field or "request", code, message)]
+        body["errors"] = [_public(problem) for problem in listed[:MAX_PROBLEMS]]
+        if len(listed) > MAX_PROBLEMS:
+            body["errors_omitted"] = len(listed) - MAX_PROBLEMS
+    if warnings:
+        body["warnings"] = [_public(warning) for warning in warnings[:MAX_PROBLEMS]]
     all_headers = dict(headers or {})
     if status == 401:
         all_headers.setdefault("WWW-Authenticate", "Bearer")
     return JSONResponse({"error": body}, status_code=status, headers=all_headers)
+
+
+def _public(problem: Problem) -> dict[str, str]:
+    return {
+        "field": shorten(problem.field, MAX_MESSAGE_CHARS),
+        "code": problem.code,
+        "message": shorten(problem.message, MAX_MESSAGE_CHARS),
+    }
+
+
+def with_more(first: str, problems: Sequence[Problem]) -> str:
+    """The first problem's sentence, saying how many more there are and where (`error.errors` lists
+    them): a client that shows only the message still learns that there is more to fix."""
+    if len(problems) <= 1:
+        return first
+    fields = list(dict.fromkeys(p.field for p in problems[1:]))
+    shown = ", ".join(fields[:10]) + (f" and {len(fields) - 10} more fields" if len(fields) > 10 else "")
+    return f"{first} (and {len(problems) - 1} more: {shown})"
 
 
 def _location(loc: tuple[int | str, ...]) -> str | None:
@@ -67,10 +102,23 @@ def _location(loc: tuple[int | str, ...]) -> str | None:
 async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GluejobsError)
     field = exc.field
-    if isinstance(exc, InvalidSpec) and field is not None:
-        field = f"spec.{field}"  # InvalidSpec names JobSpec fields, which sit under "spec" in a request
+    problems = list(exc.problems)
+    if isinstance(exc, InvalidSpec):
+        # InvalidSpec names JobSpec fields, which sit under "spec" in a request
+        field = f"spec.{field}" if field is not None else None
+        problems = [p.under("spec") if p.field else Problem("spec", p.code, p.message) for p in problems]
+    else:
+        problems = [p if p.field else Problem(field or "request", p.code, p.message) for p in problems]
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooBusy) else None
-    return error_response(exc.status_code, exc.code, exc.message, field, headers=headers)
+    return error_response(
+        exc.status_code,
+        exc.code,
+        with_more(exc.message, problems),
+        field,
+        headers=headers,
+        problems=problems,
+        warnings=getattr(exc, "warnings", ()),
+    )
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -83,18 +131,21 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         )
     first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
     field = _location(tuple(first.get("loc", ())))
-    message = error_words.message(first, _known_fields)
     if first.get("type") == "json_invalid":
         reason = (first.get("ctx") or {}).get("error", "JSON decode error")
         position = tuple(first.get("loc", ()))[1:2]
         where = f" at character {position[0]}" if position else ""
         return error_response(400, "invalid_json", f"the body is not valid JSON: {reason}{where}")
-    if field:
-        message = f"{field}: {message}"
-    if len(errors) > 1:
-        others = ", ".join(filter(None, (_location(tuple(e.get("loc", ()))) for e in errors[1:])))
-        message += f" (and {len(errors) - 1} more: {others})"
-    return error_response(422, "invalid_request", message, field)
+    problems = [
+        Problem(
+            _location(tuple(e.get("loc", ()))) or "body",
+            error_words.code(e),
+            error_words.message(e, _known_fields),
+        )
+        for e in (errors or [first])
+    ]
+    message = problems[0].line() if field else problems[0].message
+    return error_response(422, "invalid_request", with_more(message, problems), field, problems=problems)
 
 
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:

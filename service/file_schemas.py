@@ -9,6 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.jobs_repo import public_id
 from shared.models import File
+from shared.upload_checks import upload_warnings
+
+
+class WarningPublic(BaseModel):
+    """What passed with a word of warning: where, a code, a sentence (an error's problems' shape)."""
+
+    field: str
+    code: str = Field(description="label_near_duplicate, rare_class, label_imbalance, long_rows")
+    message: str
 
 
 class FilePublic(BaseModel):
@@ -26,15 +35,21 @@ class FilePublic(BaseModel):
     rows: int
     columns: list[str]
     checks: dict[str, Any] = Field(
-        description="text_columns; labels (classes, scores or none) with label_counts or score_range"
+        description="text_columns; labels (classes, scores or none) with label_counts or score_range; "
+        "long_rows: rows with more words than max_length (128, the default) has tokens"
+    )
+    warnings: list[WarningPublic] = Field(
+        default_factory=list,
+        description="What will train but probably not as meant: near-duplicate labels (postive beside "
+        "positive), rare classes, label imbalance, rows that will be truncated at max_length 128",
     )
     created_at: datetime
 
     @classmethod
     def of(cls, file: File) -> FilePublic:
-        return cls.model_validate(
-            {**{k: getattr(file, k) for k in cls.model_fields}, "id": public_id(file.id)}
-        )
+        fields = {k: getattr(file, k) for k in cls.model_fields if k != "warnings"}
+        warnings = [w.as_dict() for w in upload_warnings(dict(file.checks), file.rows)]
+        return cls.model_validate({**fields, "id": public_id(file.id), "warnings": warnings})
 
 
 class FileCheck(BaseModel):
@@ -48,6 +63,7 @@ class FileCheck(BaseModel):
     rows: int
     columns: list[str]
     checks: dict[str, Any]
+    warnings: list[WarningPublic] = Field(default_factory=list, description="As an upload's warnings")
 
 
 class FileDeleted(BaseModel):

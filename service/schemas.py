@@ -212,10 +212,31 @@ class EventPublic(BaseModel):
     data: dict[str, Any] | None
 
 
+class ProblemPublic(BaseModel):
+    """One problem a check found (or one warning): where, a code a program can act on, a sentence."""
+
+    field: str = Field(description="Where: spec.learning_rate, spec.train_file, file, priority …")
+    code: str = Field(
+        description="unknown_field, required, wrong_type, out_of_range, not_allowed, invalid_value, "
+        "invalid_spec, invalid_data, not_found …; warnings: label_near_duplicate, rare_class, "
+        "label_imbalance, long_rows …"
+    )
+    message: str
+
+
 class ErrorBody(BaseModel):
     code: str
-    message: str
-    field: str | None = None
+    message: str = Field(description="The first problem (with how many more there are)")
+    field: str | None = Field(default=None, description="The first problem's field")
+    errors: list[ProblemPublic] | None = Field(
+        default=None,
+        description="422: every problem found, the first as `field`/`message`; at most 50 (`errors_omitted` "
+        "counts the rest)",
+    )
+    errors_omitted: int | None = Field(default=None, description="Problems found beyond those listed")
+    warnings: list[ProblemPublic] | None = Field(
+        default=None, description="What passed with a word of warning beside the refusal"
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -243,12 +264,16 @@ class JobPlan(BaseModel):
     """POST /v1/jobs?dry_run=true: what the job would do, found without a GPU; nothing is stored."""
 
     dry_run: bool = True
+    # First, so that a reader of the answer sees them before the spec's many lines.
+    warnings: list[str] = Field(
+        description="What would run but probably not as meant, each `field: message`: near-duplicate "
+        "labels, rare classes, imbalance, rows that will be truncated, options that another overrides …"
+    )
     spec: dict[str, Any] = Field(description="The resolved spec, as it would be stored")
     data: dict[str, Any] = Field(description="Per split: source, rows, rows used, counts per label")
     schedule: dict[str, Any] = Field(description="Steps per epoch, optimizer steps, warmup, evaluations")
     tokens: dict[str, Any] = Field(description="Longest and mean tokenised lengths; padding per scheme")
     memory: dict[str, Any] = Field(description="Estimated worker memory for the model, batch and precision")
-    warnings: list[str]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ time (plus the spec fields that change what is read), so the tenth job of a swee
 files costs a few stat() calls, and a changed file is read again. Refusals are cached the same way,
 so resubmitting a spec whose large file fails on its last row does not read that file again.
 
+A refusal names every file's problem, not the first one's: when a file fails, the job's data is read
+again without it (shared/data_checks.data_problems), so a missing validation_file does not hide a
+bad label in the train_file.
+
 Whose files may be quoted in a refusal is the caller's data scope's to say (shared/data_scope.py):
 a label from a file the caller does not own is never quoted back.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from shared.column_mapping import ColumnMapping
 from shared.config import Settings
 from shared.data_files import (
     GLUE_LAYOUTS,
+    SPEC_FILE_FIELDS,
     DataError,
     JobData,
     PredictSplit,
@@ -38,8 +44,9 @@ from shared.data_files import (
     read_local_test_splits,
 )
 from shared.data_scope import DataScope
-from shared.errors import InvalidSpec
-from shared.spec import JobSpec
+from shared.data_warnings import class_warnings, long_rows_warning, word_counts
+from shared.errors import InvalidSpec, Problem
+from shared.spec import IntervalStrategy, JobSpec
 from shared.suggest import near_matches
 from shared.tasks import TASKS
 from shared.uploaded_files import is_file_id
@@ -49,6 +56,7 @@ CACHED_REPORTS = 256
 # (shared/suggest.py's measure, stricter here: "entailment"/"not_entailment" are 0.83 apart).
 TYPO_RARITY = 10
 TYPO_RATIO = 0.85
+DATA_PROBLEM = "invalid_data"  # the code of a data file's problem
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ def check_job_data(spec: JobSpec, settings: Settings, *, scope: DataScope) -> Da
         raise as_invalid_spec(exc) from exc
     cached = _cache.get(key)
     if isinstance(cached, InvalidSpec):
-        raise InvalidSpec(cached.message, field=cached.field)
+        raise InvalidSpec(problems=cached.problems)
     if cached is not None:
         return cached
     _data, report = read_and_check(spec, settings, scope=scope)
@@ -145,10 +153,12 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
             data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
         predict = _predict_splits(spec, settings)
     except DataError as exc:
-        refusal = as_invalid_spec(exc)
+        first = as_invalid_spec(exc).problems[0]
+        others = data_problems(spec, settings, scope=scope, skip={first.field})
+        refusal = InvalidSpec(problems=in_file_order([first, *(p for p in others if p != first)]))
         _cache.put(key, refusal)
         raise refusal from exc
-    report = _report(data, predict, own_labels=spec.task_name is None)
+    report = _report(data, predict, own_labels=spec.task_name is None, max_length=spec.max_length)
     if spec.do_predict and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
@@ -170,7 +180,61 @@ def _reading(at_once: int) -> threading.BoundedSemaphore:
 
 def as_invalid_spec(exc: DataError) -> InvalidSpec:
     # A GLUE file's problem is the task's (its folder or layout): name task_name.
-    return InvalidSpec(exc.message, field=exc.field or "task_name")
+    return InvalidSpec(problems=[Problem(exc.field or "task_name", DATA_PROBLEM, exc.message)])
+
+
+def data_problems(
+    spec: JobSpec, settings: Settings, *, scope: DataScope, skip: Collection[str] = ()
+) -> list[Problem]:
+    """Every problem of the job's data files but those of the fields in `skip` (refused already):
+    the data is read without the files that failed, again after each failure, so each file is
+    checked whatever the others hold. At most one read per data file, plus one."""
+    problems: list[Problem] = []
+    failed = set(skip)
+    for _attempt in range(len(SPEC_FILE_FIELDS) + 1):
+        variant = _without(spec, failed)
+        if variant is None:
+            break
+        rest, train = variant
+        try:
+            with _reading(settings.max_file_checks):
+                read_job_data(rest, settings, train=train, quotable=scope.owns, stored=scope.stored_uploads)
+            break
+        except DataError as exc:
+            problem = as_invalid_spec(exc).problems[0]
+            if problem.field in failed:
+                break
+            problems.append(problem)
+            failed.add(problem.field)
+    return in_file_order(problems)
+
+
+def in_file_order(problems: list[Problem]) -> list[Problem]:
+    """Data problems in the spec's order of its files (train, validation, test), then the task's."""
+    order = {name: index for index, name in enumerate(SPEC_FILE_FIELDS)}
+    return sorted(problems, key=lambda problem: order.get(problem.field, len(order)))
+
+
+def _without(spec: JobSpec, fields: Collection[str]) -> tuple[JobSpec, bool] | None:
+    """The spec that reads the job's data but the files of `fields`, and whether it reads the train
+    split; None when nothing is left that can be checked on its own: the task's own data failed, or
+    the train_file that an own-labels job takes its labels from. A left-out file is not replaced by
+    the task's split (which would read, say, all of GLUE's train split in its place)."""
+    # `uploaded_files.train_file.sha256` (a pin that does not match) is the train_file's problem.
+    named = {field.removeprefix("uploaded_files.").partition(".")[0] for field in fields}
+    dropped = [name for name in SPEC_FILE_FIELDS if name in named]
+    if "task_name" in named or (spec.task_name is None and "train_file" in dropped):
+        return None
+    if not dropped:
+        return spec, True
+    updates: dict[str, Any] = {name: None for name in dropped}
+    if "validation_file" in dropped:  # nor GLUE's dev split read in a bad validation_file's place
+        updates.update(eval_strategy=IntervalStrategy.no, do_eval=False)
+    rest = spec.model_copy(update=updates)
+    if not any(getattr(rest, name) is not None for name in SPEC_FILE_FIELDS):
+        return None
+    # A task's job without its train_file reads its evaluation rows alone (read_job_data(train=False)).
+    return rest, "train_file" not in dropped
 
 
 def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit]:
@@ -179,7 +243,9 @@ def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit
     return read_local_test_splits(TASKS[spec.task_name], settings.glue_dir)
 
 
-def _report(data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool) -> DataReport:
+def _report(
+    data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool, max_length: int
+) -> DataReport:
     splits: dict[str, SplitReport] = {}
     named = {"train": data.train, **data.evals, "test": data.test}
     for name, rows in named.items():
@@ -195,8 +261,25 @@ def _report(data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool
         text_keys=data.text_keys,
         is_regression=data.is_regression,
         label_names=data.label_names,
-        warnings=label_typos(data.train, splits.get("train")) if own_labels else [],
+        warnings=[
+            *(label_typos(data.train, splits.get("train")) if own_labels else []),
+            *(w.line() for w in _train_warnings(data.train, splits.get("train"), max_length)),
+        ],
     )
+
+
+def _train_warnings(train: Split | None, report: SplitReport | None, max_length: int) -> list[Problem]:
+    """Rare classes, imbalance and rows that will be truncated, in the rows the job trains on (of a
+    file the caller may be told about: a GLUE split's or the caller's own)."""
+    if train is None or report is None or not train.table.quotable:
+        return []
+    field = train.table.field or "task_name"
+    warnings = class_warnings(report.label_counts or {}, field)
+    if train.weights is None and len(train.texts):  # an upload's tally has no texts: its upload warned
+        long = int((word_counts(train.texts) > max_length).sum())
+        found = long_rows_warning(long, len(train.texts), max_length, field)
+        warnings += [found] if found is not None else []
+    return warnings
 
 
 def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
@@ -258,6 +341,7 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             sorted(ColumnMapping.of(spec).as_dict().items()),
             # An upload sent again with another mapping is tallied by other columns.
             sorted((sha, repr(stored.checks.get("columns"))) for sha, stored in scope.stored_uploads.items()),
+            spec.max_length,  # the long rows' warning
             str(settings.glue_dir),
             str(settings.data_dir),
             scope.owned_folder,  # what the refusal may quote

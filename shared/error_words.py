@@ -108,6 +108,29 @@ def message(error: Mapping[str, Any], known: Callable[[tuple[Any, ...]], Iterabl
     )
 
 
+def code(error: Mapping[str, Any]) -> str:
+    """A code for one pydantic error that a program can act on: `unknown_field`, `required`,
+    `wrong_type`, `out_of_range`, `not_allowed` (not one of the choices), else `invalid_value`."""
+    kind = str(error.get("type", ""))
+    if kind == "extra_forbidden":
+        return "unknown_field"
+    if kind == "missing":
+        return "required"
+    if kind in _MUST_BE:
+        return "wrong_type"
+    if kind in _BOUNDS or kind in ("string_too_short", "string_too_long", "too_long", "too_short"):
+        return "out_of_range"
+    if kind in ("literal_error", "enum"):
+        return "not_allowed"
+    if kind in _OWN_CODES:  # our own checks' codes (field_errors, the data checks' problems)
+        return kind
+    return "invalid_value"
+
+
+# Codes our own checks give their pydantic errors (shared/errors.field_error and the data checks).
+_OWN_CODES = ("invalid_spec", "invalid_data", "not_found")
+
+
 def problem(
     exc: ValidationError,
     *,

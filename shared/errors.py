@@ -5,20 +5,70 @@ Each class's docstring is its default message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+# An answer lists at most this many problems (and says how many more there were): a spec with 10,000
+# unknown keys is refused in a bounded answer.
+MAX_PROBLEMS = 50
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing a check found: where (`spec.learning_rate`, `file`), a code a program can act on
+    (`unknown_field`, `invalid_data`, `rare_class` …) and the sentence a person reads. Refusals and
+    warnings both take this shape."""
+
+    field: str
+    code: str
+    message: str
+
+    def line(self) -> str:
+        """The one-line form every problem takes: `field: message`."""
+        return self.message if self.message.startswith(f"{self.field}: ") else f"{self.field}: {self.message}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "code": self.code, "message": self.message}
+
+    def under(self, prefix: str) -> Problem:
+        """The problem located under `prefix` (a spec's `train_file` is a request's `spec.train_file`)."""
+        return Problem(f"{prefix}.{self.field}", self.code, self.message)
+
 
 class GluejobsError(Exception):
-    """Something went wrong in gluejobs."""
+    """Something went wrong in gluejobs.
+
+    A check that found several problems raises one error carrying them all (`problems`); its message
+    and field are the first's, so code that reads only those still reads a true sentence.
+    """
 
     status_code = 500
     code = "internal_error"
 
-    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        field: str | None = None,
+        problems: Sequence[Problem] = (),
+    ) -> None:
+        if problems and message is None:
+            message, field = problems[0].message, problems[0].field
         self.message = message or (self.__doc__ or "").strip()
         self.field = field
+        self._problems = tuple(problems)
         super().__init__(self.message)
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """Every problem found; a plain error is its own one problem. A field of "" names the whole
+        (the request, or the spec): the API's answer says which."""
+        if self._problems:
+            return self._problems
+        return (Problem(self.field or "", self.code, self.message),)
 
 
 class InvalidSpec(GluejobsError):
@@ -122,4 +172,16 @@ def field_error(field: str, message: str, value: object = None) -> ValidationErr
     return ValidationError.from_exception_data(
         "JobSpec",
         [InitErrorDetails(type=PydanticCustomError("invalid_spec", message), loc=(field,), input=value)],
+    )
+
+
+def field_errors(found: Sequence[tuple[str, str]]) -> ValidationError:
+    """One pydantic ValidationError for several model-level problems (`(field, message)` each), so a
+    spec's every incoherence is refused at once rather than the first of them."""
+    return ValidationError.from_exception_data(
+        "JobSpec",
+        [
+            InitErrorDetails(type=PydanticCustomError("invalid_spec", message), loc=(field,), input=None)
+            for field, message in found
+        ],
     )

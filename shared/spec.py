@@ -33,7 +33,7 @@ from shared import error_words
 from shared.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.config import Settings
 from shared.data_scope import DataScope
-from shared.errors import InvalidSpec, field_error, quote
+from shared.errors import GluejobsError, InvalidSpec, field_error, field_errors, quote
 from shared.metric_rules import possible_metrics
 from shared.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.registered_models import RegisteredModel, is_registered, parse_reference
@@ -515,86 +515,104 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> JobSpec:
+        """Every incoherence at once (each naming its field), not the first of them."""
+        found: list[tuple[str, str]] = []
         if self.task_name is None and self.train_file is None:
-            raise field_error("task_name", "give a task_name or a train_file (and a validation_file)")
-        self._check_recipe_options()
+            found.append(("task_name", "give a task_name or a train_file (and a validation_file)"))
+        self._check_recipe_options(found)
         pair_task = None if self.task_name is None else TASKS[self.task_name].text_keys[1] is not None
         mapping_problem = ColumnMapping.of(self).problem(pair_task=pair_task)
         if mapping_problem is not None:
-            raise field_error(*mapping_problem)
+            found.append(mapping_problem)
         if self.task_name is None and self.validation_file is None and self.evaluates:
-            raise field_error(
-                "validation_file",
-                "a job on its own train_file needs a validation_file to evaluate on (or eval_strategy 'no')",
+            found.append(
+                (
+                    "validation_file",
+                    "a job on its own train_file needs a validation_file to evaluate on "
+                    "(or eval_strategy 'no')",
+                )
             )
         if self.num_warmup_steps and self.warmup_ratio:
-            raise field_error("warmup_ratio", "give num_warmup_steps or warmup_ratio, not both")
+            found.append(("warmup_ratio", "give num_warmup_steps or warmup_ratio, not both"))
         if self.fp16 and self.bf16:
-            raise field_error("bf16", "choose one mixed precision: fp16 or bf16")
+            found.append(("bf16", "choose one mixed precision: fp16 or bf16"))
         for strategy, steps in (("eval", self.eval_steps), ("save", self.save_steps)):
             if getattr(self, f"{strategy}_strategy") == "steps" and steps is None:
-                raise field_error(f"{strategy}_steps", f"{strategy}_strategy 'steps' needs {strategy}_steps")
+                found.append((f"{strategy}_steps", f"{strategy}_strategy 'steps' needs {strategy}_steps"))
         if self.load_best_model_at_end:
-            self._check_best_model_options()
+            self._check_best_model_options(found)
         if self.greater_is_better is not None and self.metric_for_best_model is None:
-            raise field_error(
-                "greater_is_better",
-                "greater_is_better says which way metric_for_best_model improves: give metric_for_best_model "
-                "too",
+            found.append(
+                (
+                    "greater_is_better",
+                    "greater_is_better says which way metric_for_best_model improves: give "
+                    "metric_for_best_model too",
+                )
             )
         if self.metric_for_best_model is not None:
             allowed = self.allowed_metrics()
             name = self.metric_for_best_model.removeprefix("eval_")
             if name not in allowed:
-                raise field_error(
-                    "metric_for_best_model",
-                    f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
-                    f"job{did_you_mean(name, allowed)} (it reports {', '.join(allowed)})",
+                found.append(
+                    (
+                        "metric_for_best_model",
+                        f"metric_for_best_model {quote(self.metric_for_best_model)} is not reported by this "
+                        f"job{did_you_mean(name, allowed)} (it reports {', '.join(allowed)})",
+                    )
                 )
         if self.do_predict and self.task_name is None and self.test_file is None:
-            raise field_error(
-                "do_predict", "do_predict needs a task_name (GLUE's test split) or a test_file to predict"
+            found.append(
+                ("do_predict", "do_predict needs a task_name (GLUE's test split) or a test_file to predict")
             )
         if self.shuffle_length_groups and not self.group_by_length:
-            raise field_error("shuffle_length_groups", "shuffle_length_groups needs group_by_length")
+            found.append(("shuffle_length_groups", "shuffle_length_groups needs group_by_length"))
         if not self.apply_lora and self.save_merged_model:
-            raise field_error("save_merged_model", "save_merged_model needs apply_lora")
+            found.append(("save_merged_model", "save_merged_model needs apply_lora"))
+        if found:
+            raise field_errors(found)
         return self
 
-    def _check_best_model_options(self) -> None:
+    def _check_best_model_options(self, found: list[tuple[str, str]]) -> None:
         # As in transformers.Trainer: the best model is a checkpoint, so saves must line up with evaluations.
         if self.eval_strategy == "no":
-            raise field_error(
-                "eval_strategy", "load_best_model_at_end needs evaluations (eval_strategy 'epoch' or 'steps')"
+            found.append(
+                (
+                    "eval_strategy",
+                    "load_best_model_at_end needs evaluations (eval_strategy 'epoch' or 'steps')",
+                )
             )
         if self.save_strategy != self.eval_strategy:
-            raise field_error(
-                "save_strategy", "load_best_model_at_end needs save_strategy equal to eval_strategy"
+            found.append(
+                ("save_strategy", "load_best_model_at_end needs save_strategy equal to eval_strategy")
             )
         if self.save_strategy == "steps" and (self.save_steps or 0) % (self.eval_steps or 1):
-            raise field_error(
-                "save_steps", "load_best_model_at_end needs save_steps to be a multiple of eval_steps"
+            found.append(
+                ("save_steps", "load_best_model_at_end needs save_steps to be a multiple of eval_steps")
             )
 
-    def _check_recipe_options(self) -> None:
+    def _check_recipe_options(self, found: list[tuple[str, str]]) -> None:
         if not self.apply_lora:
             # A default value cannot be told from an absent one (a stored spec has them all), and
             # it changes nothing; any other value would be silently ignored, so it is refused.
             changed = [
                 name for name in LORA_OPTIONS if getattr(self, name) != type(self).model_fields[name].default
             ]
-            if changed:
-                raise field_error(changed[0], f"{changed[0]} has no effect without apply_lora")
+            found += [(name, f"{name} has no effect without apply_lora") for name in changed]
         if self.do_eval is None:
             self.do_eval = self.eval_strategy != "no"
         elif not self.do_eval and self.eval_strategy != "no":
-            raise field_error(
-                "do_eval", f"do_eval false contradicts eval_strategy '{self.eval_strategy}' (which evaluates)"
+            found.append(
+                (
+                    "do_eval",
+                    f"do_eval false contradicts eval_strategy '{self.eval_strategy}' (which evaluates)",
+                )
             )
         if self.early_stopping_patience is not None and self.eval_strategy == "no":
-            raise field_error(
-                "early_stopping_patience",
-                "early stopping counts evaluations: it needs eval_strategy 'epoch' or 'steps'",
+            found.append(
+                (
+                    "early_stopping_patience",
+                    "early stopping counts evaluations: it needs eval_strategy 'epoch' or 'steps'",
+                )
             )
 
     @property
@@ -735,30 +753,53 @@ def locate_model(name: str, models_dir: Path) -> Path | str:
     return name
 
 
-def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSpec:
+def check_paths(
+    spec: JobSpec, settings: Settings, *, scope: DataScope, problems: list[GluejobsError] | None = None
+) -> JobSpec:
     """Refuse data files outside the caller's data folder (`scope`, shared/data_scope.py) and model
-    folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots."""
+    folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots.
+
+    Each file and the model are checked whatever the others hold: with `problems`, each refusal is
+    appended there and its field left as given (the caller checks the rest and refuses them all at
+    once); without, the first refusal is raised."""
     updates: dict[str, Any] = {}
     uploaded: dict[str, UploadedFile] = {}
+    found: list[GluejobsError] = []
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(spec, field)
-        if value is not None and is_file_id(value):
-            uploaded[field] = scope.uploaded(
-                value, field=field, pinned=(spec.uploaded_files or {}).get(field)
-            )
-        elif value is not None:
-            updates[field] = scope.stored(scope.resolve(value, field=field))
-            try:
-                check_data_suffix(value)  # a path the field's validator could not place: see there
-            except ValueError as exc:
-                raise InvalidSpec(str(exc), field=field) from None
+        try:
+            if value is not None and is_file_id(value):
+                uploaded[field] = scope.uploaded(
+                    value, field=field, pinned=(spec.uploaded_files or {}).get(field)
+                )
+            elif value is not None:
+                updates[field] = scope.stored(scope.resolve(value, field=field))
+                try:
+                    check_data_suffix(value)  # a path the field's validator could not place: see there
+                except ValueError as exc:
+                    raise InvalidSpec(str(exc), field=field) from None
+        except GluejobsError as exc:  # InvalidSpec, and NotFound for a file id that is not the caller's
+            updates.pop(field, None)
+            found.append(exc)
     updates["uploaded_files"] = uploaded or None
+    try:
+        updates.update(_model_paths(spec, settings, scope=scope))
+    except GluejobsError as exc:
+        found.append(exc)
+    if found and problems is None:
+        raise found[0]
+    if problems is not None:
+        problems.extend(found)
+    return spec.model_copy(update=updates)
+
+
+def _model_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str, Any]:
     if is_registered(spec.model_name_or_path):
-        updates["registered_model"] = scope.registered(
+        registered = scope.registered(
             spec.model_name_or_path, field="model_name_or_path", pinned=spec.registered_model
         )
-        return spec.model_copy(update=updates)
-    updates["registered_model"] = None
+        return {"registered_model": registered}
+    updates: dict[str, Any] = {"registered_model": None}
     source = locate_model(spec.model_name_or_path, settings.models_dir)
     if isinstance(source, Path):
         relative = str(source.relative_to(settings.models_dir.resolve()))
@@ -767,4 +808,4 @@ def check_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> JobSp
             updates["model_name_or_path"] = check_model_name(relative)
         except ValueError as exc:
             raise InvalidSpec(f"the model folder's real path: {exc}", field="model_name_or_path") from None
-    return spec.model_copy(update=updates)
+    return updates

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from shared import error_words
 from shared.config import Settings
 from shared.data_scope import DataScope
-from shared.errors import InvalidRequest, InvalidSpec
+from shared.errors import InvalidRequest, InvalidSpec, Problem
 from shared.job_checks import check_job_spec
 from shared.jobs_repo import SweepJob
 from shared.spec import JobSpec, field_names, spec_keys
@@ -144,21 +144,26 @@ def _resolve(
     try:
         job_spec = check_job_spec(JobSpec.model_validate(values), settings, scope=scope, warnings=warnings)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        location = error.get("loc") or ()
-        name = str(location[0]) if location else None
-        message = error_words.message(error, lambda _loc: spec_keys())
-        raise _refused(combination, name, message) from exc
-    except InvalidSpec as exc:
-        raise _refused(combination, exc.field, exc.message) from exc
+        found = []
+        for error in exc.errors():
+            location = error.get("loc") or ()
+            name = str(location[0]) if location else None
+            message = error_words.message(error, lambda _loc: spec_keys())
+            found.append((name, error_words.code(error), message))
+        raise _refused(combination, found) from exc
+    except InvalidSpec as exc:  # every problem, each located in the sweep's body
+        raise _refused(combination, [(p.field or None, p.code, p.message) for p in exc.problems]) from exc
     return job_spec.model_dump(mode="json")
 
 
-def _refused(combination: Combination, name: str | None, message: str) -> InvalidRequest:
-    if name == "seed":
-        field = "seeds"
-    elif name in combination.values:
-        field = f"grid.{name}"
-    else:
-        field = f"spec.{name}" if name else "spec"
-    return InvalidRequest(f"combination {combination.describe()}: {message}", field=field)
+def _refused(combination: Combination, found: list[tuple[str | None, str, str]]) -> InvalidRequest:
+    problems = []
+    for name, code, message in found:
+        if name == "seed":
+            field = "seeds"
+        elif name in combination.values:
+            field = f"grid.{name}"
+        else:
+            field = f"spec.{name}" if name else "spec"
+        problems.append(Problem(field, code, f"combination {combination.describe()}: {message}"))
+    return InvalidRequest(problems=problems)

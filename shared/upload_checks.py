@@ -46,7 +46,8 @@ from shared.data_files import (
     mapped_table,
     read_error,
 )
-from shared.errors import InvalidRequest, quote
+from shared.data_warnings import DEFAULT_MAX_LENGTH, label_warnings, long_rows_warning, word_counts
+from shared.errors import InvalidRequest, Problem, quote
 from shared.file_limits import (
     FileLimits,
     OverLimit,
@@ -124,7 +125,7 @@ def check_upload(
     suffix = f".{file_format(filename)}"
     where = f"file {filename!r}"
     tally = _Labels(task)
-    rows, columns = 0, list[str]()
+    rows, columns, long_rows = 0, list[str](), 0
     task_keys = task.text_keys if task else None
     text_keys = mapping.text_keys(task_keys)
     try:
@@ -137,9 +138,8 @@ def check_upload(
             table = mapped_table(table, mapping, task_keys, labels_required=purpose != "test")
             if text_keys is None:
                 text_keys = _infer_text_keys(table)
-            for key in text_keys:
-                if key is not None:
-                    _texts(table, key)
+            texts = {key: _texts(table, key) for key in text_keys if key is not None}
+            long_rows += int((word_counts(pd.DataFrame(texts)) > DEFAULT_MAX_LENGTH).sum())
             tally.add(table, labels_required=purpose != "test")
             rows += len(frame)
     except DataError as exc:
@@ -156,6 +156,7 @@ def check_upload(
     checks: dict[str, Any] = {
         "text_columns": [as_written.get(key, key) for key in text_keys if key is not None],
         **tally.summary(where),
+        "long_rows": {"max_length": DEFAULT_MAX_LENGTH, "rows": long_rows},
     }
     if mapping.as_dict():
         checks["columns"] = mapping.as_dict()
@@ -167,6 +168,15 @@ def check_mapping(mapping: ColumnMapping, task: GlueTask | None) -> None:
     problem = mapping.problem(pair_task=None if task is None else task.text_keys[1] is not None)
     if problem is not None:
         raise InvalidRequest(problem[1], field=problem[0])
+
+
+def upload_warnings(checks: dict[str, Any], rows: int) -> list[Problem]:
+    """What an upload's checks found that will train but probably not as meant (shared/data_warnings.py):
+    a function of the stored checks, so the upload's answer and every later read give the same."""
+    warnings = label_warnings(checks.get("label_counts") or {}, FIELD)
+    long = checks.get("long_rows") or {}
+    found = long_rows_warning(int(long.get("rows") or 0), rows, int(long.get("max_length") or 0), FIELD)
+    return warnings + ([found] if found is not None else [])
 
 
 def _column_names(frame: pd.DataFrame, where: str) -> list[str]:

@@ -22,7 +22,7 @@ import click
 from gluejobs.cli import files, jobs, keys, models, owners, searches, server, sweeps, webhooks
 from gluejobs.cli.base import CliError, Group, usage_line
 from gluejobs.client import ApiError
-from gluejobs.output import closed_pipe, error_line
+from gluejobs.output import closed_pipe, print_error
 
 SERVER_COMMANDS = ("serve", "worker", "migrate")
 
@@ -34,7 +34,7 @@ class Gluejobs(Group):
         try:
             return super().invoke(ctx)
         except (CliError, ApiError) as exc:
-            print(error_line(ctx.invoked_subcommand or "", exc), file=sys.stderr)
+            print_error(ctx.invoked_subcommand or "", exc)
             return 2
         except BrokenPipeError:  # `gluejobs ls | head`: the reader has what it wanted
             return closed_pipe()

@@ -17,6 +17,7 @@ import click
 from gluejobs._files import COLUMN_FIELDS, PURPOSE_OF_FIELD, LocalFile, is_local_file
 from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
 from gluejobs.client import Client, FileInfo
+from gluejobs.output import print_warnings
 
 
 @click.group("files", cls=Group)
@@ -82,6 +83,7 @@ def upload(
     with api.client() as client:
         file = client.files.create(path, purpose=purpose, task_name=task_name, columns=columns)
     api.show(file.raw, _line(file))
+    print_warnings(warning.line() for warning in file.warning_problems)
 
 
 @files.command("rm", cls=ClientCommand)
@@ -119,6 +121,7 @@ def upload_local_files(client: Client, spec: dict[str, Any], *, dry_run: bool) -
         if not dry_run:
             file = client.files.create(value, purpose=purpose, task_name=task_name, columns=columns)
             note(f"{field} {value}: {file.id} ({file.bytes} bytes, sha256 {file.sha256[:12]}…)")
+            print_warnings(warning.line() for warning in file.warning_problems)
             resolved[field] = file.id
             continue
         local = LocalFile.read(value)

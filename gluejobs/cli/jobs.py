@@ -119,7 +119,7 @@ def _print_plan(api: Invocation, spec: dict[str, Any], *, priority: int, max_att
         api.show({"dry_run": True, "spec": spec}, json.dumps(spec, indent=2))
         note(f"note: no plan (data checks, steps, memory): {exc.message}")
         return 0
-    api.show(plan.raw, [json.dumps(plan.spec, indent=2), *job_view.plan_lines(plan.raw)])
+    api.show(plan.raw, [*job_view.plan_lines(plan.raw), "resolved spec:", json.dumps(plan.spec, indent=2)])
     return 0
 
 

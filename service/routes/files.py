@@ -32,7 +32,7 @@ from shared.models import File
 from shared.storage import Store, StoreUnavailable, file_key
 from shared.stored_files import remove_unheld
 from shared.tasks import GlueTask
-from shared.upload_checks import PURPOSES, UploadReport, task_of
+from shared.upload_checks import PURPOSES, UploadReport, task_of, upload_warnings
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ def _keep(
             rows=report.rows,
             columns=report.columns,
             checks=report.checks,
+            warnings=[w.as_dict() for w in upload_warnings(report.checks, report.rows)],
         )
     file = jobs_repo.find_file(session, owner=owner, sha256=received.sha256, format=report.format)
     created = False

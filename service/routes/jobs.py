@@ -33,6 +33,7 @@ from service.schemas import (
     MetricPublic,
     Page,
 )
+from service.spec_routes import SpecCheckedRoute
 from shared import error_words, jobs_repo
 from shared.artifact_links import download_command
 from shared.errors import Conflict, InvalidRequest, quote
@@ -43,7 +44,7 @@ from shared.quotas import QuotaDefaults
 from shared.reproduction import compare_runs
 from shared.spec import JobSpec
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=SpecCheckedRoute)
 
 # A status name, documented as the enum it is; parsed by _parse_statuses, which also takes the
 # comma-separated form ("queued,running") and names the field in its error.

@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.data_scope import DataScope
-from shared.errors import InvalidRequest
+from shared.errors import InvalidRequest, Problem
 from shared.jobs_repo import SweepJob
 from shared.metric_rules import greater_is_better, possible_metrics, task_plan
 from shared.searches.config import Categorical, FloatRange, IntRange, Objective, Parameter
@@ -107,10 +107,12 @@ def resolve_trials(
         grid = {name: [value] for name, value in point.items()}
         try:
             resolved = resolve_sweep(spec, [seed], grid, settings, scope=scope)
-        except InvalidRequest as exc:
-            raise InvalidRequest(
-                exc.message.replace("combination", "trial", 1), field=_field(exc.field)
-            ) from exc
+        except InvalidRequest as exc:  # every problem, in a search's words
+            problems = [
+                Problem(_field(p.field) or "spec", p.code, p.message.replace("combination", "trial", 1))
+                for p in exc.problems
+            ]
+            raise InvalidRequest(problems=problems) from exc
         base = resolved.spec
         job = resolved.jobs[0]
         jobs.append(SweepJob(job.spec, job.configuration, job.warnings, dict(point)))
