@@ -29,7 +29,7 @@ SHARED_IMPORT = re.compile(r"^(\s*)(from|import) shared(\.| import )", re.MULTIL
 
 
 def shared_imports(source: str, *, module_level_only: bool) -> set[str]:
-    """The shared modules `source` imports ("shared.spec"), at module level or anywhere."""
+    """The shared modules `source` imports ("shared.jobspec.spec"), at module level or anywhere."""
     tree = ast.parse(source)
     nodes = tree.body if module_level_only else list(ast.walk(tree))
     found: set[str] = set()

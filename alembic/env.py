@@ -1,4 +1,4 @@
-"""Alembic environment: migrations run on the connection shared/migrate.py hands over (under its
+"""Alembic environment: migrations run on the connection shared/core/migrate.py hands over (under its
 lock), or, from Alembic's own CLI, on GLUEJOBS_DATABASE_URL."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from shared.config import get_settings
-from shared.db import make_engine
-from shared.models import Base
+from shared.core.config import get_settings
+from shared.core.db import make_engine
+from shared.core.tables import Base
 
 config = context.config
 if config.config_file_name is not None and not config.attributes.get("connection"):

@@ -46,8 +46,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.harness import scratch_postgres  # noqa: E402
 from shared import jobs_repo  # noqa: E402
-from shared.db import Database  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
+from shared.core.db import Database  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
 from tests.outages import outage  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}

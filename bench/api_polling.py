@@ -66,11 +66,12 @@ from bench.harness import (  # noqa: E402
     scratch_postgres,
 )
 from gluejobs.stack import local_stack  # noqa: E402
-from shared import api_keys, jobs_repo  # noqa: E402
-from shared.db import Database  # noqa: E402
+from service.accounts import api_keys  # noqa: E402
+from shared import jobs_repo  # noqa: E402
+from shared.core.db import Database  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
+from shared.core.tables import JobMetric, JobStatus, KeyRole, utcnow  # noqa: E402
 from shared.jobs_repo import Claim, MetricRow  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import JobMetric, JobStatus, KeyRole, utcnow  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 CLIENTS = 50

@@ -53,10 +53,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.harness import save_tiny_bert  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from shared.db import Database, read  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import Checkpoint, Job, JobEvent, JobMetric, JobStatus  # noqa: E402
+from shared.core.config import Settings  # noqa: E402
+from shared.core.db import Database, read  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
+from shared.core.tables import Checkpoint, Job, JobEvent, JobMetric, JobStatus  # noqa: E402
 from tests.outages import DatabaseOutage  # noqa: E402
 from worker.launch import child_environment  # noqa: E402
 

@@ -43,11 +43,11 @@ sys.path.insert(0, str(REPO))
 
 from bench.harness import load_average, percentile, scratch_postgres  # noqa: E402
 from shared import jobs_repo  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from shared.db import Database  # noqa: E402
-from shared.fair_share import ClaimPolicy  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import Job, JobStatus, Owner, utcnow  # noqa: E402
+from shared.core.config import Settings  # noqa: E402
+from shared.core.db import Database  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
+from shared.core.tables import Job, JobStatus, Owner, utcnow  # noqa: E402
+from shared.queue.fair_share import ClaimPolicy  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 

@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule 
 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
 from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
-from shared.spec import JobSpec  # noqa: E402
+from shared.jobspec.spec import JobSpec  # noqa: E402
 from worker import training  # noqa: E402
 
 PHASES = ("collate", "forward", "backward", "optimizer", "eval")

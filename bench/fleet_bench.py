@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO))
 from bench.harness import QUIET_API, bench_settings, percentile, run_folder, scratch_postgres  # noqa: E402
 from gluejobs.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
-from shared.db import Database, read  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import Job, JobEvent, JobStatus  # noqa: E402
+from shared.core.db import Database, read  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
+from shared.core.tables import Job, JobEvent, JobStatus  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 API_CLIENTS = 4

@@ -25,10 +25,10 @@ sys.path.insert(0, str(REPO))
 
 from bench.harness import bench_settings, load_average, percentile, run_folder, scratch_postgres  # noqa: E402
 from gluejobs import stack  # noqa: E402
-from service.rate_limits import RateLimits  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from shared.db import Database  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
+from service.edge.rate_limits import RateLimits  # noqa: E402
+from shared.core.config import Settings  # noqa: E402
+from shared.core.db import Database  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
 
 KEY = "bench-rate-limit-key-000001"
 WARMUP = 50

@@ -34,8 +34,8 @@ from sqlalchemy import func, select  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder, save_tiny_bert  # noqa: E402
 from gluejobs.stack import local_stack  # noqa: E402
-from shared.db import Database  # noqa: E402
-from shared.models import Job, JobMetric  # noqa: E402
+from shared.core.db import Database  # noqa: E402
+from shared.core.tables import Job, JobMetric  # noqa: E402
 
 
 def minilm() -> Path:
@@ -85,7 +85,7 @@ def main() -> int:
             save_tiny_bert(models / "bench-model", minilm())
         else:
             # A copy, not a link: the API refuses a model folder that resolves outside
-            # GLUEJOBS_MODELS_DIR (shared/spec.py resolve_under follows links), as the package's is.
+            # GLUEJOBS_MODELS_DIR (shared/jobspec/spec.py resolve_under follows links), as the package's is.
             models.mkdir(parents=True, exist_ok=True)
             shutil.copytree(minilm(), models / "bench-model")
         load_before = os.getloadavg()

@@ -48,7 +48,7 @@ from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # n
 from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 
 # What each mode adds to the base job. "fast" is the spec's own switch: what it sets is in
-# shared/spec.py (FAST_SETTINGS) and in the stored spec the benchmark prints.
+# shared/jobspec/spec.py (FAST_SETTINGS) and in the stored spec the benchmark prints.
 MODES: dict[str, dict[str, Any]] = {
     "faithful": {},
     "grouped": {"group_by_length": True},

@@ -37,10 +37,10 @@ from bench.harness import QUICK_JOB, bench_settings, percentile, run_folder, sav
 from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
 from gluejobs.stack import local_stack, stack_environment  # noqa: E402
 from shared import jobs_repo  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from shared.db import Database, read  # noqa: E402
-from shared.migrate import upgrade  # noqa: E402
-from shared.models import JobEvent, JobMetric  # noqa: E402
+from shared.core.config import Settings  # noqa: E402
+from shared.core.db import Database, read  # noqa: E402
+from shared.core.migrate import upgrade  # noqa: E402
+from shared.core.tables import JobEvent, JobMetric  # noqa: E402
 
 SPEC: dict[str, Any] = {**QUICK_JOB, "logging_steps": 1}
 # Events of a job, in the order its child reaches them: (label, how the message starts).

@@ -23,7 +23,7 @@ SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # API has checked and stored the whole file.
 UPLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, write=None, read=None)
 # Where each spec field's file is checked for: a test file may have no labels.
-# The spec's column mapping (shared/column_mapping.py), which an upload takes as form fields.
+# The spec's column mapping (shared/jobspec/column_mapping.py), which an upload takes as form fields.
 COLUMN_FIELDS = ("text_column", "text_pair_column", "label_column")
 PURPOSE_OF_FIELD = {"train_file": "train", "validation_file": "validation", "test_file": "test"}
 

@@ -27,10 +27,10 @@ from typing import Any, TextIO, get_args, get_origin
 
 from pydantic import ValidationError
 
-from shared import error_words
-from shared.column_mapping import COLUMN_FIELDS
-from shared.spec import LORA_OPTIONS, JobSpec, spec_keys
-from shared.suggest import did_you_mean
+from shared.jobspec import validation_messages
+from shared.jobspec.column_mapping import COLUMN_FIELDS
+from shared.jobspec.spec import LORA_OPTIONS, JobSpec, spec_keys
+from shared.jobspec.suggest import did_you_mean
 
 
 class ScriptArgsError(ValueError):
@@ -228,7 +228,7 @@ def submission_spec(
         translation = config_file_to_spec(config, overrides=extra)
     else:
         translation = command_to_spec(extra)
-    if fast:  # `gluejobs submit --fast`: the spec's switch (shared.spec.FAST_SETTINGS)
+    if fast:  # `gluejobs submit --fast`: the spec's switch (shared.jobspec.spec.FAST_SETTINGS)
         translation.spec["fast"] = True
     for note in translation.notes:
         print(f"note: {note}", file=err)
@@ -241,10 +241,10 @@ def resolved_spec(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return JobSpec.model_validate(spec).model_dump(mode="json")
     except ValidationError as exc:
-        # The API's own words for the same refusal (shared/error_words.py), so a spec refused here
-        # reads as it would from the server.
+        # The API's own words for the same refusal (shared/jobspec/validation_messages.py), so a spec refused
+        # here reads as it would from the server.
         raise ScriptArgsError(
-            error_words.problem(exc, prefix="spec", known=lambda _loc: spec_keys()).line()
+            validation_messages.problem(exc, prefix="spec", known=lambda _loc: spec_keys()).line()
         ) from None
 
 

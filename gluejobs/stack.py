@@ -24,9 +24,9 @@ from typing import IO
 
 import httpx
 
-from shared.config import Settings
-from shared.db import Database
-from shared.migrate import upgrade
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
 from worker.launch import child_environment
 
 # `gluejobs serve`: migrates, then serves with uvicorn (an access log line a request).

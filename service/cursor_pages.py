@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
-from service.schemas import EventPublic, MetricPublic, Page
+from service.schemas.jobs import EventPublic, MetricPublic, Page
 from shared import jobs_repo
-from shared.db import Database
-from shared.errors import NotFound
+from shared.core.db import Database
+from shared.core.errors import NotFound
 
 _METRICS = TypeAdapter(Page[MetricPublic])
 _EVENTS = TypeAdapter(Page[EventPublic])

@@ -16,19 +16,19 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth import KeyRing, Principal
+from service.accounts.auth import KeyRing, Principal
 from shared import jobs_repo
-from shared.config import Settings
-from shared.data_scope import DataScope, data_scope
-from shared.db import Database
-from shared.errors import NotFound
-from shared.file_copies import local_copy
-from shared.models import File, Job, Search, StoredModel, Sweep
-from shared.registered_models import NAME_PATTERN, RegisteredModel, reference
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.errors import NotFound
+from shared.core.storage import Store
+from shared.core.tables import File, Job, Search, StoredModel, Sweep
+from shared.data.local_copies import local_copy
+from shared.jobspec.data_scope import DataScope, data_scope
+from shared.jobspec.registered_models import NAME_PATTERN, RegisteredModel, reference
+from shared.jobspec.upload_tally import StoredUpload
+from shared.jobspec.uploaded_files import UploadedFile
 from shared.searches import store as search_store
-from shared.storage import Store
-from shared.upload_tally import StoredUpload
-from shared.uploaded_files import UploadedFile
 
 
 def get_settings(request: Request) -> Settings:
@@ -109,7 +109,7 @@ StoreDep = Annotated[Store, Depends(_store)]
 def get_data_scope(
     settings: SettingsDep, principal: PrincipalDep, session: SessionDep, store: StoreDep
 ) -> DataScope:
-    """Where the caller's data paths resolve (shared/data_scope.py): the whole data folder without
+    """Where the caller's data paths resolve (shared/jobspec/data_scope.py): the whole data folder without
     keys and for admin keys, the key owner's own folder for every other key; uploaded files by id
     among the caller's own (admin keys: anyone's), checked by what their upload's check found
     (never read again for that); fetched into this machine's cache only when rows must be read."""

@@ -3,7 +3,7 @@
 An exception's message may hold anything its code was handed: a cell of an uploaded file (a
 parser's "could not convert '<100 KB>'"), a key's digest in a database driver's DETAIL, a spec. An
 unexpected error is therefore logged by its exception types, the innermost frames of its traceback
-and, for a failed statement, the statement's SQL (its parameters are hidden by shared/db.py), but
+and, for a failed statement, the statement's SQL (its parameters are hidden by shared/core/db.py), but
 never by a message; and no line of the API's log is longer than MAX_LOG_CHARS. The API's own handlers
 write such lines (service/errors.py); BoundedLines rewrites the records of everyone else that reach
 the server's handlers (uvicorn's "Exception in ASGI application" traceback, a library's warning).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import StatementError
 
-from shared.errors import shorten
+from shared.core.errors import shorten
 
 MAX_LOG_CHARS = 4000
 MAX_FRAMES = 8  # per exception, the innermost: where it was raised

@@ -19,13 +19,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from service.edge.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
 from service.error_log import describe_failure
-from service.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
-from service.schemas import JobCreate, SweepCreate
-from shared import error_words
-from shared.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, TooBusy, shorten
-from shared.resilience import is_transient
-from shared.spec import spec_keys
+from service.schemas.jobs import JobCreate, SweepCreate
+from shared.core.db_retries import is_transient
+from shared.core.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, TooBusy, shorten
+from shared.jobspec import validation_messages
+from shared.jobspec.spec import spec_keys
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ _HTTP_CODES = {
 }
 
 
-# A safety net: messages quote values through shared.errors.quote, but none is ever longer than this.
+# A safety net: messages quote values through shared.core.errors.quote, but none is ever longer than this.
 MAX_MESSAGE_CHARS = 1000
 
 
@@ -139,8 +139,8 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     problems = [
         Problem(
             _location(tuple(e.get("loc", ()))) or "body",
-            error_words.code(e),
-            error_words.message(e, _known_fields),
+            validation_messages.code(e),
+            validation_messages.message(e, _known_fields),
         )
         for e in (errors or [first])
     ]

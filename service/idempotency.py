@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from service.schemas import JobCreate
+from service.schemas.jobs import JobCreate
 
 
 def request_hash(body: JobCreate) -> str:

@@ -1,5 +1,5 @@
 """Jobs as the API shows them: JobPublic with `waiting_for` (why a queued job is held back), computed
-for a whole page at once (shared/waiting.py), never one query per job."""
+for a whole page at once (shared/queue/wait_reasons.py), never one query per job."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from service.schemas import JobPublic, WaitingFor
-from shared.config import Settings
-from shared.fair_share import ClaimPolicy
-from shared.models import Job
-from shared.waiting import waiting_for
+from service.schemas.jobs import JobPublic, WaitingFor
+from shared.core.config import Settings
+from shared.core.tables import Job
+from shared.queue.fair_share import ClaimPolicy
+from shared.queue.wait_reasons import waiting_for
 
 
 def job_views(session: Session, settings: Settings, jobs: Sequence[Job]) -> list[JobPublic]:

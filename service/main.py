@@ -11,17 +11,22 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from sqlalchemy import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from service import outage
-from service.auth import KeyRing, StoredKeysFlag
-from service.dry_runs import DryRunSlots
+from service.accounts import api_keys
+from service.accounts.auth import KeyRing, StoredKeysFlag
+from service.background.search_driver import SearchDriverThread
+from service.background.stream_fanout import StreamFanout
+from service.background.webhook_dispatcher import dispatching
+from service.dry_run.slots import DryRunSlots
+from service.edge import outage
+from service.edge.guard import PROTECTED_PREFIX, RequestGuard
+from service.edge.input_checks import reject_unstorable_values
+from service.edge.origins import SAFE_METHODS, HostRules
+from service.edge.rate_limits import RateLimits, StreamSlots
 from service.errors import install_error_handlers
-from service.file_checks import FileChecks
-from service.guard import PROTECTED_PREFIX, RequestGuard
-from service.input_checks import reject_unstorable_values
+from service.files.check_runner import FileChecks
+from service.files.stored_files import sweep_orphans
 from service.openapi import document_error_responses
-from service.origins import SAFE_METHODS, HostRules
 from service.prometheus import registry_for
-from service.rate_limits import RateLimits, StreamSlots
 from service.routes import (
     artifacts,
     dashboard,
@@ -40,16 +45,12 @@ from service.routes import (
     webhooks,
     workers,
 )
-from service.search_driver import SearchDriverThread
-from service.stream_fanout import StreamFanout
-from service.webhook_dispatcher import dispatching
-from shared import api_keys, release
-from shared.config import Settings, get_settings
-from shared.db import Database
-from shared.models import ApiKey
-from shared.owners import adopt_configured_owners
-from shared.storage import Store, StoreUnavailable, open_store
-from shared.stored_files import sweep_orphans
+from shared.core import release
+from shared.core.config import Settings, get_settings
+from shared.core.db import Database
+from shared.core.owners import adopt_configured_owners
+from shared.core.storage import Store, StoreUnavailable, open_store
+from shared.core.tables import ApiKey
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ API_POSTGRES_POOL = {"pool_size": 15, "max_overflow": 0}
 
 def key_ring(settings: Settings, db: Database) -> KeyRing:
     """The configured keys (hashed once, here), the stored keys through the database; the rows of
-    configured keys' owners moved to the names the configuration gives (shared/owners.py)."""
+    configured keys' owners moved to the names the configuration gives (shared/core/owners.py)."""
 
     def lookup(digest: str) -> ApiKey | None:
         with db.session() as session:
@@ -115,7 +116,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 async def forget_keys_after_changes(request: Request) -> AsyncIterator[None]:
     """On the /v1/keys routes: a key made, revoked or rotated here drops this process's key cache,
-    so that the change holds on its next request (service/auth.py: other processes within 1 s).
+    so that the change holds on its next request (service/accounts/auth.py: other processes within 1 s).
     Its scope is the route function's, so the cache is dropped before the answer leaves: a client that
     reads the answer and sends the old key at once is refused (the default scope runs this afterwards)."""
     yield

@@ -14,9 +14,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.guard import PROTECTED_PREFIX
-from service.origins import SAFE_METHODS
-from service.schemas import ErrorResponse
+from service.edge.guard import PROTECTED_PREFIX
+from service.edge.origins import SAFE_METHODS
+from service.schemas.jobs import ErrorResponse
 
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 _RETRY_AFTER = {"description": "Seconds to wait before trying again", "schema": {"type": "integer"}}
@@ -97,7 +97,7 @@ def add_error_responses(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-# What service/input_checks.py refuses in every string of every request, said in each string's schema:
+# What service/edge/input_checks.py refuses in every string of every request, said in each string's schema:
 # no NUL (an ECMA-262 escape). Lone UTF-16 surrogates are refused too, but a pattern cannot name
 # them: JSON Schema validators built on Rust's regex (jsonschema-rs) refuse such a pattern whole.
 STORABLE_STRING = r"^[^\u0000]*$"

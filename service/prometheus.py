@@ -22,9 +22,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import ColumnElement, Float, case, func, select, true
 from sqlalchemy.orm import Session
 
-from shared.db import Database, read
-from shared.models import Job, JobMetric, JobStatus, Worker, WorkerState, utcnow
-from shared.tasks import LOSS_METRIC, TRAIN_SPLIT
+from shared.core.db import Database, read
+from shared.core.tables import Job, JobMetric, JobStatus, Worker, WorkerState, utcnow
+from shared.jobspec.tasks import LOSS_METRIC, TRAIN_SPLIT
 
 PREFIX = "gluejobs"
 JOB_DURATION_BUCKETS_S = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)

@@ -1,5 +1,5 @@
 """`gluejobs serve` / `python -m service`: migrate the database, then serve the API with uvicorn; an
-API whose release does not fit the database refuses to start with one line (shared/release.py).
+API whose release does not fit the database refuses to start with one line (shared/core/release.py).
 
 Without GLUEJOBS_API_KEYS (or GLUEJOBS_ADMIN_KEYS) the API serves anyone who can reach it, so it
 binds to 127.0.0.1 by default, and binding to any other address without keys takes an explicit
@@ -14,11 +14,11 @@ import logging
 import resource
 from typing import Any
 
-from shared import release
-from shared.config import Settings, get_settings
-from shared.db import Database
-from shared.migrate import upgrade
-from shared.storage import open_store
+from shared.core import release
+from shared.core.config import Settings, get_settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
+from shared.core.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,12 @@ def uvicorn_config(settings: Settings, db: Database, *, host: str, port: int, **
     """uvicorn's configuration for the API: its own limits, plus the connection guard's protocol."""
     import uvicorn
 
-    from service.connections import ClientEventLog, ConnectionLimits, guarded_protocol, install_log_filters
+    from service.edge.connections import (
+        ClientEventLog,
+        ConnectionLimits,
+        guarded_protocol,
+        install_log_filters,
+    )
     from service.error_log import install_bounded_lines
     from service.main import create_app
 

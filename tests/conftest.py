@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
-from shared.config import Settings
-from shared.db import Database
-from shared.migrate import upgrade
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
 from tests.kit import (
     GLUE_DATA,
     POSTGRES_URL,

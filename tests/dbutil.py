@@ -9,9 +9,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
+from shared.core.tables import Base, Job, JobStatus
 from shared.jobs_repo import Claim
-from shared.models import Base, Job, JobStatus
 
 
 def count_rows(db: Database, model: type[Base]) -> int:

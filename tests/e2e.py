@@ -19,7 +19,7 @@ import uvicorn
 from gluejobs import stack
 from gluejobs.stack import free_port, stack_environment
 from service.main import create_app
-from shared.config import Settings
+from shared.core.config import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 # Starlette's TestClient names its server "testserver", a Host the API refuses (DNS rebinding): the

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from shared.config import Settings
+from shared.core.config import Settings
 
 # The repository and the kit beside it (CI has it at the same relative path): real GLUE rows.
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from shared.config import Settings
+from shared.core.config import Settings
 
 TINY_SPEC: dict[str, Any] = {
     "model_name_or_path": "tiny-bert",

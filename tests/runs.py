@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.config import Settings
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
 
 TINY = "tiny-bert"
 

@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import JobStatus
 from shared.jobs_repo import MetricRow
-from shared.models import JobStatus
 from tests import kit
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL

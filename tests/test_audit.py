@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared import audit
-from shared.db import Database, write
+from service.accounts import audit
+from shared.core.db import Database, write
 
 
 def test_entries_commit_with_their_change_and_page_newest_first(db: Database) -> None:

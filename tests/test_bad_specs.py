@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.models import Job
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job
 from tests.dbutil import assert_refused, count_rows
 from tests.e2e import LOOPBACK_URL
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.db import Database
-from shared.models import Job
+from shared.core.db import Database
+from shared.core.tables import Job
 from tests.dbutil import count_rows
 from tests.e2e import api_process
 from tests.kit import ALICE, ROOT, SPEC

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from shared.config import Settings
-from shared.models import ErrorCode
-from shared.storage import Store, StoreUnavailable
+from shared.core.config import Settings
+from shared.core.storage import Store, StoreUnavailable
+from shared.core.tables import ErrorCode
 from tests.runs import RecordingReporter, saving_spec
 from worker.checkpoints import STATE_FILE
 from worker.job_storage import JobStorage

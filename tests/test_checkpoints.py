@@ -15,9 +15,9 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import OperationalError
 
 from shared import jobs_repo
-from shared.db import Database
-from shared.errors import NotFound
-from shared.models import ErrorCode
+from shared.core.db import Database
+from shared.core.errors import NotFound
+from shared.core.tables import ErrorCode
 from tests.dbutil import claimed
 from worker import checkpoints
 from worker.health import DatabaseWatch

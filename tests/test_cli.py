@@ -9,7 +9,7 @@ import pytest
 
 from gluejobs.cli import main
 from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
-from shared.spec import JobSpec
+from shared.jobspec.spec import JobSpec
 
 # A command line from the transformers README, with `gluejobs submit` in place of the script.
 SCRIPT_COMMAND = """

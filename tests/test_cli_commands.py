@@ -16,7 +16,7 @@ import pytest
 
 from gluejobs.cli import main
 from gluejobs.output import table
-from shared.db import Database
+from shared.core.db import Database
 from tests.dbutil import finish_as_a_worker
 from tests.e2e import REPO
 

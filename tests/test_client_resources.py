@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gluejobs import AsyncClient, Checkpoint, Client, Event, Metric, Plan, Sweep, TaskLeaderboard
-from shared.db import Database
+from shared.core.db import Database
 from tests import kit
 from tests.dbutil import finish_as_a_worker
 

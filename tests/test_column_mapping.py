@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from gluejobs import Client
 from gluejobs.cli import main as cli
 from gluejobs.script_args import command_to_spec
-from shared.config import Settings
-from shared.data_files import DataError, read_job_data
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.data.reading import DataError, read_job_data
+from shared.jobspec.spec import JobSpec
 from tests.e2e import get, live_api, run_worker_until_idle, submit
 from tests.kit import GLUE_DATA, TINY_MODEL
 

@@ -27,11 +27,11 @@ import httpx
 import pytest
 
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
+from shared.core.tables import JobStatus
 from shared.jobs_repo import Claim, MetricRow
-from shared.migrate import upgrade
-from shared.models import JobStatus
 from tests.dbutil import claimed
 from tests.e2e import get, live_api, start_worker, submit, wait_for
 from tests.kit import settings_under

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from shared.config import Settings
-from shared.spec import JobSpec
-from shared.tasks import TASKS
+from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
+from shared.jobspec.tasks import TASKS
 from worker.data import (
     GLUE_LAYOUTS,
     DataError,

@@ -14,14 +14,14 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.config import Settings
-from shared.data_files import DataError, spec_file_paths
-from shared.data_scope import OWNERS_DIR, owner_folder
-from shared.db import Database
-from shared.errors import quote
-from shared.models import Job
-from shared.owners import unnamed_owner
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.errors import quote
+from shared.core.owners import unnamed_owner
+from shared.core.tables import Job
+from shared.data.reading import DataError, spec_file_paths
+from shared.jobspec.data_scope import OWNERS_DIR, owner_folder
+from shared.jobspec.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import live_api
 from tests.kit import ALICE, BOB, ROOT, auth

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from shared import jobs_repo
-from shared.db import Database
-from shared.models import JobStatus
+from shared.core.db import Database
+from shared.core.tables import JobStatus
 from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL, SPEC

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from shared import db as db_module
-from shared.db import Database
+from shared.core import db as db_module
+from shared.core.db import Database
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.kit import REPO
 
 METHODS = ("get", "post", "put", "patch", "delete")

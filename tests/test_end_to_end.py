@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import REPO, all_metrics, get, live_api, run_worker_until_idle, start_worker, submit, wait_for
 from tests.kit import write_mnli
 

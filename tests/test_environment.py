@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.config import Settings
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
 from tests.kit import REPO
-from worker.environment import collect_environment, sha256_of
+from worker.reproducibility import collect_environment, sha256_of
 
 
 @pytest.fixture

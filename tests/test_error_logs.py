@@ -16,9 +16,9 @@ from sqlalchemy.exc import IntegrityError
 
 from service.error_log import MAX_LOG_CHARS, BoundedLines, describe_failure
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.models import ApiKey, KeyRole, utcnow
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import ApiKey, KeyRole, utcnow
 from tests.e2e import LOOPBACK_URL
 from tests.kit import auth
 

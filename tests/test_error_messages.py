@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from gluejobs.cli import main
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.suggest import did_you_mean
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.jobspec.suggest import did_you_mean
 from tests.e2e import LOOPBACK_URL, live_api
 from tests.scripted_server import Exchange, scripted_server
 

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import select, update
 
 from shared import jobs_repo
-from shared.db import Database
-from shared.fair_share import ClaimPolicy
-from shared.models import Job, JobStatus, Owner, utcnow
-from shared.quotas import QuotaDefaults
-from shared.waiting import waiting_for
+from shared.core.db import Database
+from shared.core.tables import Job, JobStatus, Owner, utcnow
+from shared.queue.fair_share import ClaimPolicy
+from shared.queue.quotas import QuotaDefaults
+from shared.queue.wait_reasons import waiting_for
 from tests import kit
 
 SPEC = {**kit.SPEC, "seed": 1}

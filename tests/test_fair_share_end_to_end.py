@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from service.accounts.owner_views import set_owner_quota
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database, read
-from shared.models import Job, JobEvent, JobStatus
-from shared.owner_views import set_owner_quota
-from shared.quotas import QuotaDefaults
+from shared.core.config import Settings
+from shared.core.db import Database, read
+from shared.core.tables import Job, JobEvent, JobStatus
+from shared.queue.quotas import QuotaDefaults
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
 

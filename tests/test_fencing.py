@@ -19,10 +19,10 @@ import pytest
 from sqlalchemy import make_url, select
 
 from shared import jobs_repo
-from shared.db import Database, read
-from shared.errors import StaleClaim
+from shared.core.db import Database, read
+from shared.core.errors import StaleClaim
+from shared.core.tables import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
 from shared.jobs_repo import Claim, MetricRow
-from shared.models import ErrorCode, JobEvent, JobMetric, JobStatus, Worker, utcnow
 from tests import kit
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL, running
@@ -345,7 +345,7 @@ def test_get_workers_every_key_sees_the_fleet_only_an_admin_sees_others_jobs(
     from fastapi.testclient import TestClient
 
     from service.main import create_app
-    from shared.config import secret_digest
+    from shared.core.config import secret_digest
 
     settings = settings_factory(db_url, api_keys=["alice-key", "bob-key"], admin_keys=["root-key"])
     with db.session() as session:

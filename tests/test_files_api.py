@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from gluejobs import Client
 from service.main import create_app
-from shared.config import Settings
-from shared.storage import open_store
+from shared.core.config import Settings
+from shared.core.storage import open_store
 from tests.e2e import LOOPBACK_URL, api_process, live_api
 from tests.kit import ALICE, TINY_MODEL
 

@@ -12,7 +12,7 @@ import pytest
 
 from gluejobs import AsyncClient, Client
 from gluejobs.cli import main as cli
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import live_api
 from tests.kit import TINY_MODEL
 

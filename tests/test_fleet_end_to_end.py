@@ -27,9 +27,9 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, make_url, select, text
 
-from shared.config import Settings
-from shared.db import Database, read
-from shared.models import JobEvent, JobMetric
+from shared.core.config import Settings
+from shared.core.db import Database, read
+from shared.core.tables import JobEvent, JobMetric
 from tests.e2e import (
     all_metrics,
     free_port,

@@ -22,9 +22,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
-from shared.db import Database
-from shared.model_names import is_hub_id
-from shared.models import Job
+from shared.core.db import Database
+from shared.core.tables import Job
+from shared.jobspec.model_names import is_hub_id
 from tests.dbutil import count_rows
 from tests.e2e import api_process
 

@@ -12,8 +12,8 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from shared.metric_rules import metric_plan, possible_metrics, task_plan
-from shared.tasks import TASKS
+from shared.jobspec.metric_rules import metric_plan, possible_metrics, task_plan
+from shared.jobspec.tasks import TASKS
 from worker.glue_metric import GLUE_MODULE, compute_plan, glue_module
 
 RNG = np.random.default_rng(0)
@@ -215,6 +215,6 @@ def test_bad_input_is_refused(preds: np.ndarray, refs: np.ndarray, message: str)
 
 
 def test_an_unknown_task_is_refused() -> None:
-    # (Whether a GLUE task is a regression is the task's own: shared/data_files.py reads it off TASKS.)
+    # (Whether a GLUE task is a regression is the task's own: shared/data/reading.py reads it off TASKS.)
     with pytest.raises(ValueError, match="unknown GLUE task"):
         metric_plan("squad", is_regression=False, num_labels=2)

@@ -26,12 +26,12 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.data_files import GLUE_LAYOUTS
-from shared.db import Database
-from shared.models import JobStatus
-from shared.spec import JobSpec
-from shared.tasks import GLUE_SUBMISSIONS, TASKS
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import JobStatus
+from shared.data.reading import GLUE_LAYOUTS
+from shared.jobspec.spec import JobSpec
+from shared.jobspec.tasks import GLUE_SUBMISSIONS, TASKS
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, reset_accelerate_state

@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
-from service.file_checks import FileChecks
+from service.files.check_runner import FileChecks
 from service.main import create_app
-from shared.config import Settings
-from shared.data_files import DataError, read_frame
-from shared.errors import InvalidRequest, TooBusy
-from shared.file_limits import FileLimits
-from shared.storage import file_key, open_store
-from shared.uploaded_files import cache_path
+from shared.core.config import Settings
+from shared.core.errors import InvalidRequest, TooBusy
+from shared.core.storage import file_key, open_store
+from shared.data.limits import FileLimits
+from shared.data.reading import DataError, read_frame
+from shared.jobspec.uploaded_files import cache_path
 from tests.e2e import LOOPBACK_URL, api_process
 from tests.kit import ALICE, TINY_MODEL
 

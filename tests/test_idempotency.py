@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from shared.db import Database
+from shared.core.db import Database
+from shared.core.tables import IdempotencyKey, Job, utcnow
 from shared.jobs_repo import IDEMPOTENCY_KEY_TTL_S
-from shared.models import IdempotencyKey, Job, utcnow
 from tests.e2e import live_api
 
 BODY = {"spec": {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 3}}

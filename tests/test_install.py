@@ -140,7 +140,7 @@ def test_the_wheels_install_and_train_without_the_source_tree(
         [str(api / "python"), "-c", probe, "torch", "transformers"], cwd=machines["api"]
     )
     # Every server-side import comes from the installed wheel, never from the repository.
-    where = "import service, shared.migrate as m; print(service.__file__, m.migrations_dir())"
+    where = "import service, shared.core.migrate as m; print(service.__file__, m.migrations_dir())"
     for venv, machine in ((api, "api"), (worker, "box")):
         located = run([str(venv / "python"), "-c", where], cwd=machines[machine], env=clean_environment())
         assert str(REPO) not in located and "site-packages" in located, located

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from shared.config import Settings
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
 from tests.e2e import LOOPBACK_URL
 from tests.kit import TINY_MODEL
 

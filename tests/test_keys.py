@@ -21,13 +21,13 @@ import pytest
 from sqlalchemy import MetaData, Table, insert, make_url, select, text, update
 
 from gluejobs.cli import main
-from service.auth import KEY_CACHE_S
-from shared import api_keys
-from shared.config import Settings
-from shared.db import Database
-from shared.migrate import upgrade
-from shared.models import ApiKey, IdempotencyKey, Job, KeyRole, utcnow
-from shared.owners import unnamed_owner
+from service.accounts import api_keys
+from service.accounts.auth import KEY_CACHE_S
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
+from shared.core.owners import unnamed_owner
+from shared.core.tables import ApiKey, IdempotencyKey, Job, KeyRole, utcnow
 from tests import kit
 from tests.dbutil import count_rows
 from tests.e2e import REPO, api_process, live_api, wait_for
@@ -393,7 +393,7 @@ def test_auth_fails_closed_without_configured_keys(
     revoked since — keeps it closed at every later start."""
     from fastapi.testclient import TestClient
 
-    from service.auth import StoredKeysFlag
+    from service.accounts.auth import StoredKeysFlag
     from service.main import create_app
 
     monkeypatch.setattr(StoredKeysFlag, "RECHECK_S", 0.0)
@@ -422,7 +422,7 @@ def test_two_keys_named_for_one_owner_bring_their_jobs_and_replays_along(
 ) -> None:
     """alice=<k1>, alice=<k2>: both keys' rows move to alice, and an Idempotency-Key both had used
     (unique per owner) does not stop the move."""
-    from shared.owners import adopt_configured_owners, configured_keys
+    from shared.core.owners import adopt_configured_owners, configured_keys
 
     db = Database(bare_db_url)
     upgrade(db, "0007")
@@ -455,7 +455,7 @@ def test_requests_arriving_while_the_database_is_first_asked_wait_for_its_answer
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.auth import StoredKeysFlag
+    from service.accounts.auth import StoredKeysFlag
 
     asked = []
 

@@ -9,7 +9,7 @@ import pytest
 
 from gluejobs import Client
 from gluejobs.demo import register_demo_model
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 
 pytestmark = pytest.mark.e2e

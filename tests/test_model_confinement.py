@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import run_python
 from worker.runner import child_environment
 
@@ -25,7 +25,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _RESOLVE = """
 import json, sys
 from transformers import AutoConfig
-from shared.config import Settings
+from shared.core.config import Settings
 from worker.modeling import ModelError, resolve_model
 
 settings = Settings()

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gluejobs import ApiError, Client
-from shared.config import Settings
-from shared.model_cache import cached_model
-from shared.model_types import KNOWN_MODEL_TYPES
-from shared.storage import open_store
+from shared.core.config import Settings
+from shared.core.storage import open_store
+from shared.model_folders.cache import cached_model
+from shared.model_folders.model_types import KNOWN_MODEL_TYPES
 from tests.e2e import live_api
 from tests.kit import ALICE, ROOT, TINY_MODEL
 

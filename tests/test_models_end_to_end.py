@@ -13,9 +13,9 @@ import pytest
 
 from gluejobs import Client
 from gluejobs.cli import main as cli
-from shared.config import Settings
-from shared.model_cache import cached_model
-from shared.storage import open_store
+from shared.core.config import Settings
+from shared.core.storage import open_store
+from shared.model_folders.cache import cached_model
 from tests.e2e import get, live_api, run_worker_until_idle
 from tests.kit import QUICK_JOB, TINY_MODEL
 

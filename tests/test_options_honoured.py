@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from gluejobs.script_args import config_file_to_spec, resolved_spec
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.schedule import plan_schedule
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.jobspec.schedule import plan_schedule
 from tests.e2e import LOOPBACK_URL
 from tests.runs import make_spec, train
 from worker.progress import Progress

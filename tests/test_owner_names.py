@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.accounts import api_keys
 from service.main import create_app
-from shared import api_keys
-from shared.config import Settings
-from shared.db import Database
-from shared.models import KeyRole
-from shared.owners import unnamed_owner
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.owners import unnamed_owner
+from shared.core.tables import KeyRole
 from tests.e2e import LOOPBACK_URL
 from tests.kit import auth
 

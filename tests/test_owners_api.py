@@ -14,10 +14,11 @@ import pytest
 
 from gluejobs import ApiError, AsyncClient, Client
 from gluejobs.cli import main as cli
-from shared import audit, jobs_repo
-from shared.config import Settings
-from shared.db import Database
-from shared.models import Job, Sweep
+from service.accounts import audit
+from shared import jobs_repo
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job, Sweep
 from tests.dbutil import count_rows
 from tests.e2e import live_api
 from tests.kit import SPEC, auth

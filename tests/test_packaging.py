@@ -194,7 +194,7 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
 def test_both_distributions_are_this_release() -> None:
     import tomllib
 
-    from shared.release import RELEASE
+    from shared.core.release import RELEASE
 
     client = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     server = tomllib.loads((REPO / "server" / "pyproject.toml").read_text())["project"]

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database, read
-from shared.models import Job, JobEvent, JobStatus
-from shared.models import Worker as WorkerRow
+from shared.core.config import Settings
+from shared.core.db import Database, read
+from shared.core.tables import Job, JobEvent, JobStatus
+from shared.core.tables import Worker as WorkerRow
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
 from worker.devices import DeviceError, DeviceLocks, cpu_slots, parse_devices, resolve_devices, visible_gpus

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.dry_run.plan import plan_job
 from service.main import create_app
-from shared.config import Settings
-from shared.data_scope import DataScope, data_scope
-from shared.db import Database
-from shared.models import Job
-from shared.plan import plan_job
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job
+from shared.jobspec.data_scope import DataScope, data_scope
+from shared.jobspec.spec import JobSpec
 from tests.dbutil import count_rows
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, make_spec
@@ -248,7 +248,7 @@ def test_the_schedule_is_what_the_training_loop_does(train_settings: Settings, t
 def test_token_lengths_are_the_workers_tokenizers(train_settings: Settings, models_dir: Path) -> None:
     from transformers import AutoTokenizer
 
-    from shared.data_files import read_job_data
+    from shared.data.reading import read_job_data
 
     spec = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=300, max_length=40)
     tokens = plan_job(spec, train_settings, scope=one_user_scope(train_settings))["tokens"]

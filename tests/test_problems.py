@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 
 from gluejobs.cli import main as cli
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.errors import MAX_PROBLEMS
-from shared.models import Job
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.errors import MAX_PROBLEMS
+from shared.core.tables import Job
 from tests.dbutil import count_rows
 from tests.e2e import LOOPBACK_URL, live_api
 from tests.kit import TINY_MODEL

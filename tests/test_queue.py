@@ -11,9 +11,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
+from shared.core.tables import Base, JobStatus, utcnow
 from shared.jobs_repo import MetricRow
-from shared.models import Base, JobStatus, utcnow
 from tests import kit
 from tests.dbutil import claimed
 

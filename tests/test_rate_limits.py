@@ -1,4 +1,4 @@
-"""Rate limits per key (service/rate_limits.py), the same on every API process: two real API
+"""Rate limits per key (service/edge/rate_limits.py), the same on every API process: two real API
 processes share one database (SQLite, Postgres), and one key's burst over its limit gets 429
 `rate_limited` with Retry-After whichever process it reaches; reads and writes are counted apart;
 the Python client waits as asked and gets through; a key's open streams are capped across
@@ -17,12 +17,13 @@ from sqlalchemy import func, insert, select
 
 from gluejobs._types import ApiError
 from gluejobs.client import Client, RetryPolicy
-from service.auth import KEY_CACHE_S, KeyRing
-from service.rate_limits import FLUSH_S, STALE_S, WINDOW_S
-from shared import api_keys, jobs_repo
-from shared.db import WRITE_OPTION, Database
+from service.accounts import api_keys
+from service.accounts.auth import KEY_CACHE_S, KeyRing
+from service.edge.rate_limits import FLUSH_S, STALE_S, WINDOW_S
+from shared import jobs_repo
+from shared.core.db import WRITE_OPTION, Database
+from shared.core.tables import Job, KeyRole, OpenStream, RateWindow, utcnow
 from shared.jobs_repo import Claim, MetricRow
-from shared.models import Job, KeyRole, OpenStream, RateWindow, utcnow
 from tests.e2e import api_process, live_api, wait_for
 from tests.kit import SPEC, auth
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from gluejobs.stack import local_stack, stack_environment
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.kit import GLUE_DATA, REPO, write_mnli
 from tests.lora_scripts import ROBERTA_BASE_MNLI
 

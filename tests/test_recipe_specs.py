@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.spec import JobSpec
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.jobspec.spec import JobSpec
 from tests.dbutil import assert_refused
 from tests.e2e import LOOPBACK_URL
 

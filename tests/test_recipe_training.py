@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.kit import TINY_MODEL
 from tests.runs import RecordingReporter, make_spec, resume, saving_spec, train
 from worker.checkpoints import checkpoint_path
@@ -238,7 +238,7 @@ def test_tensorboard_and_mlflow_receive_the_runs_config_and_metrics(
 
 
 def test_a_tracker_the_worker_lacks_fails_the_job_by_name(train_settings: Settings, tmp_path: Path) -> None:
-    from shared.errors import JobFailed
+    from shared.core.errors import JobFailed
 
     with pytest.raises(JobFailed, match="tracker 'wandb' is not installed on this worker"):
         train(make_spec(report_to=["wandb"]), train_settings, tmp_path)

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from gluejobs.cli import main
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import all_metrics, get, live_api, run_worker_until_idle
 from tests.kit import REPO, TINY_DEBERTA_V2, TINY_MODEL, TINY_ROBERTA, write_mnli
 from tests.lora_scripts import DEBERTA_V2_XXLARGE_MNLI, ROBERTA_BASE_MNLI

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import service.routes.jobs as jobs_routes
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
 from shared.jobs_repo import MetricRow
 from tests.e2e import live_api, wait_for
 from tests.kit import ALICE, BOB, ROOT, SPEC, auth

@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job, JobStatus, Sweep
 from shared.jobs_repo import MetricRow
-from shared.models import Job, JobStatus, Sweep
 from tests.dbutil import claimed, count_rows
 from tests.e2e import LOOPBACK_URL
 

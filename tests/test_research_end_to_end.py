@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import REPO, all_metrics, get, live_api, start_worker
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""A fleet mid-upgrade fails safe (shared/release.py): the database records its schema revision and
+"""A fleet mid-upgrade fails safe (shared/core/release.py): the database records its schema revision and
 the oldest release that may work on it; an API or a worker that does not fit refuses with one line;
 a worker of the previous release finishes the job it runs while the database is migrated under it,
 then stops claiming, and a worker of this release takes the queue on. Two releases' worth of schema:
@@ -17,10 +17,11 @@ from alembic import command
 from sqlalchemy import text
 
 from gluejobs.stack import free_port, stop
-from shared import jobs_repo, release
-from shared.config import Settings
-from shared.db import Database
-from shared.migrate import alembic_config, upgrade
+from shared import jobs_repo
+from shared.core import release
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.migrate import alembic_config, upgrade
 from tests.e2e import worker_env
 from tests.kit import QUICK_JOB, REPO
 

@@ -1,6 +1,6 @@
 """The tests' S3 endpoint (tests/s3_endpoint.py) takes the store away and brings it back without
 letting go of its port: another process cannot bind it during the outage, the store's clients see
-a connection error they retry (shared.storage.is_transient), and the bucket is there afterwards."""
+a connection error they retry (shared.core.storage.is_transient), and the bucket is there afterwards."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from shared.storage import is_transient
+from shared.core.storage import is_transient
 from tests.s3_endpoint import S3Endpoint
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from gluejobs.cli import main
 from gluejobs.script_args import ScriptArgsError, command_to_spec, shell_script_to_spec
-from shared.spec import JobSpec
+from shared.jobspec.spec import JobSpec
 from tests.lora_scripts import DEBERTA_V2_XXLARGE_MNLI, ROBERTA_BASE_MNLI
 
 # microsoft/LoRA, examples/NLU: the two configs as the issue quotes them.

@@ -23,10 +23,10 @@ from sqlalchemy import select
 from gluejobs import stack
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job, JobStatus, Search, SearchTrial
 from shared.jobs_repo import MetricRow
-from shared.models import Job, JobStatus, Search, SearchTrial
 from shared.searches import store
 from shared.searches.config import FloatRange
 from shared.searches.driver import drive_once

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.config import Settings
-from shared.db import Database
-from shared.models import Job
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job
 from tests.dbutil import count_rows
 from tests.e2e import live_api
 from tests.kit import ALICE, BOB, ROOT, SPEC, auth

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.server import is_loopback
-from shared.config import Settings
+from shared.core.config import Settings
 from tests.e2e import REPO, api_process, free_port
 from worker.runner import child_environment
 

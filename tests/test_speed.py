@@ -22,9 +22,9 @@ from pydantic import ValidationError
 
 from gluejobs.cli import main
 from service.main import create_app
-from shared.config import Settings
-from shared.db import Database
-from shared.spec import FAST_SETTINGS, JobSpec
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.jobspec.spec import FAST_SETTINGS, JobSpec
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, make_spec
 from worker import throughput

@@ -23,9 +23,9 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from gluejobs import Client
-from shared.config import Settings
-from shared.storage import open_store
-from shared.uploaded_files import cache_path
+from shared.core.config import Settings
+from shared.core.storage import open_store
+from shared.jobspec.uploaded_files import cache_path
 from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import GLUE_DATA, TINY_MODEL
 from tests.s3_endpoint import S3Endpoint

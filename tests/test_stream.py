@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 import service.routes.stream as stream_module
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
 from tests.e2e import all_metrics, get, live_api, start_worker, submit
 from tests.observe_helpers import TINY_SPEC, Sse, observe_settings, read_sse
 

@@ -1,5 +1,5 @@
-"""Many streams on one job share one reader per API process (service/stream_fanout.py): each of them
-still gets every row exactly once, in order, across a database outage and across a reconnection with
+"""Many streams on one job share one reader per API process (service/background/stream_fanout.py): each of
+them still gets every row exactly once, in order, across a database outage and across a reconnection with
 Last-Event-ID; a stream whose key is revoked, rotated or expired gets an `error` event and closes;
 a Last-Event-ID of non-ASCII digits is refused, not a 500. The API is `python -m service` in a
 process of its own; rows are written as a job's process writes them (claimed, fenced). SQLite and
@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import update
 
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
+from shared.core.tables import ApiKey, JobStatus, utcnow
 from shared.jobs_repo import Claim, MetricRow
-from shared.models import ApiKey, JobStatus, utcnow
 from tests.dbutil import claimed
 from tests.e2e import api_process, wait_for
 from tests.kit import POSTGRES_URL, SPEC

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from service.job_files import LocalFolder, new_log_pieces, read_log
+from service.files.job_folders import LocalFolder, new_log_pieces, read_log
 from shared import jobs_repo
-from shared.db import Database
+from shared.core.db import Database
+from shared.core.tables import JobStatus
 from shared.jobs_repo import MetricRow
-from shared.models import JobStatus
 from tests.dbutil import claimed
 from tests.e2e import get, live_api, submit
 from tests.kit import QUICK_JOB

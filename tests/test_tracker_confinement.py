@@ -1,5 +1,5 @@
-"""Every path that creates a job runs the same checks (shared.job_checks.check_job_spec): a sweep and a
-rerun are refused a tracker the workers do not serve, as POST /v1/jobs is; and a tracker never
+"""Every path that creates a job runs the same checks (shared.submission.job_checks.check_job_spec): a sweep
+and a rerun are refused a tracker the workers do not serve, as POST /v1/jobs is; and a tracker never
 writes outside the job's folder (a real MLflow and TensorBoard, in a process of their own whose
 working directory and home folder are watched)."""
 
@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
-from shared.models import Job
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job
 from tests.dbutil import count_rows
 from tests.e2e import LOOPBACK_URL, run_python
 
@@ -76,7 +76,7 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from shared.spec import JobSpec
+from shared.jobspec.spec import JobSpec
 from worker import tracking
 
 output_dir = Path(sys.argv[1])

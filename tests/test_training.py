@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.config import Settings
-from shared.errors import JobFailed
+from shared.core.config import Settings
+from shared.core.errors import JobFailed
 from tests.runs import TINY, RecordingReporter, make_spec, resume, saving_spec, train
 from worker.checkpoints import saved_steps
 from worker.modeling import ModelError, optimizer_parameter_groups

@@ -22,13 +22,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from service.files.stored_files import sweep_orphans
 from service.main import create_app
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
-from shared.faults import CRASH_AT_ENV
-from shared.storage import Store, file_key, open_store
-from shared.stored_files import sweep_orphans
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.faults import CRASH_AT_ENV
+from shared.core.storage import Store, file_key, open_store
 from tests.e2e import LOOPBACK_URL, api_process
 from tests.kit import ALICE
 

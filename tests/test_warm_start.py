@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
-from shared.models import Job, JobStatus
+from shared.core.config import Settings
+from shared.core.db import Database
+from shared.core.tables import Job, JobStatus
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
 from worker.warm import WarmStarter

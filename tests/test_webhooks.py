@@ -22,9 +22,9 @@ from standardwebhooks.webhooks import Webhook
 
 from gluejobs import ApiError, AsyncClient, Client, stack
 from gluejobs.cli import main as cli
-from shared.config import Settings
-from shared.db import Database, write
-from shared.models import utcnow
+from shared.core.config import Settings
+from shared.core.db import Database, write
+from shared.core.tables import utcnow
 from shared.webhooks import endpoints, search_finished
 from shared.webhooks.addresses import AllowList, RefusedTarget, Target, address_rule, check_addresses
 from shared.webhooks.deliveries import claim_due

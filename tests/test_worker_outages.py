@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from shared import jobs_repo
-from shared.config import Settings
-from shared.db import Database
+from shared.core.config import Settings
+from shared.core.db import Database
 from tests.e2e import (
     all_metrics,
     free_port,

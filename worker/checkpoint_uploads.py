@@ -13,7 +13,7 @@ would silently change which steps are resumable and which one `save_total_limit`
 checkpoint refer to, and a save interval shorter than an upload is a configuration the waiting
 makes visible (the steps/s fall) rather than one that quietly saves less. So the local disk holds at
 most one checkpoint beyond what rotation keeps, and memory holds one upload's parts
-(shared/storage.py PART_BYTES).
+(shared/core/storage.py PART_BYTES).
 
 Failures: an upload that fails (the store away for longer than GLUEJOBS_STORAGE_RETRY_S, or a
 checkpoint an attempt that lost its lease already wrote) is never declared; its error is raised on

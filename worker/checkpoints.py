@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from shared.errors import GluejobsError
+from shared.core.errors import GluejobsError
 
 logger = logging.getLogger(__name__)
 

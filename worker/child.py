@@ -36,15 +36,15 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from shared import jobs_repo
-from shared.config import Settings, get_settings
-from shared.db import Database
-from shared.errors import GluejobsError, StaleClaim
-from shared.file_copies import local_copy
+from shared.core.config import Settings, get_settings
+from shared.core.db import Database
+from shared.core.db_retries import Backoff, is_transient
+from shared.core.errors import GluejobsError, StaleClaim
+from shared.core.storage import Store
+from shared.core.tables import Job
+from shared.data.local_copies import local_copy
 from shared.jobs_repo import Claim
-from shared.models import Job
-from shared.resilience import Backoff, is_transient
-from shared.spec import JobSpec
-from shared.storage import Store
+from shared.jobspec.spec import JobSpec
 from worker import checkpoints
 from worker.job_storage import JobStorage
 from worker.liveness import watch_worker
@@ -231,7 +231,7 @@ def _until_reachable(read: Callable[[], T], settings: Settings) -> T:
 
 
 def fetch_uploaded_files(spec: JobSpec, settings: Settings, store: Store) -> None:
-    """This machine's checked copy of every uploaded file the spec names (shared/file_copies.py):
+    """This machine's checked copy of every uploaded file the spec names (shared/data/local_copies.py):
     fetched from the store when missing, fetched again when its bytes do not hash to the sha256
     the spec records."""
     for record in (spec.uploaded_files or {}).values():
@@ -239,7 +239,7 @@ def fetch_uploaded_files(spec: JobSpec, settings: Settings, store: Store) -> Non
 
 
 def _environment(job: Job, settings: Settings) -> dict[str, Any]:
-    from worker.environment import environment_record
+    from worker.reproducibility import environment_record
 
     return environment_record(job, settings)  # versions, device, data and weight hashes
 

@@ -1,6 +1,6 @@
 """GLUE task loading for training, and tokenisation. DB-free, Accelerate-free.
 
-Reading files and checking labels is shared/data_files.py's (the API runs the same checks at
+Reading files and checking labels is shared/data/reading.py's (the API runs the same checks at
 submission); this module turns its rows into `datasets` splits, reads the Hub's GLUE when there is
 no local copy, and tokenises as run_glue_no_trainer.py does, caching the result on disk, keyed by
 what determines it.
@@ -26,8 +26,8 @@ import transformers
 from datasets.fingerprint import Hasher
 from transformers import PreTrainedTokenizerBase
 
-from shared.config import Settings
-from shared.data_files import (
+from shared.core.config import Settings
+from shared.data.reading import (
     GLUE_LAYOUTS,
     HUB_GLUE,
     LABEL,
@@ -37,8 +37,8 @@ from shared.data_files import (
     digest,
     read_job_data,
 )
-from shared.spec import JobSpec
-from shared.tasks import GlueTask
+from shared.jobspec.spec import JobSpec
+from shared.jobspec.tasks import GlueTask
 
 __all__ = ["GLUE_LAYOUTS", "DataError", "RawData", "TokenizedData", "load_raw_data", "tokenize_data"]
 
@@ -75,7 +75,7 @@ class TokenizedData:
 
 
 def load_raw_data(spec: JobSpec, settings: Settings) -> RawData:
-    """The job's train, eval and test rows as `datasets` splits (see shared.data_files.read_job_data)."""
+    """The job's train, eval and test rows as `datasets` splits (see shared.data.reading.read_job_data)."""
     data = read_job_data(spec, settings, hub=hub_glue_tables)
     assert data.train is not None, "a worker reads every split (it has the Hub)"
     return RawData(

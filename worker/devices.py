@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.errors import GluejobsError
+from shared.core.errors import GluejobsError
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The seeds call `evaluate.load("glue", task)`, which downloads the metric's script from the Hugging
 Face Hub; a production cluster often cannot reach it. worker/metrics/glue is that metric as a local
 evaluate module, loaded from its folder (no network). What a job reports is decided by
-shared/metric_rules.py: the GLUE metric's values for the task (or for the shape of one's own data),
+shared/jobspec/metric_rules.py: the GLUE metric's values for the task (or for the shape of one's own data),
 `combined_score` as their mean where there are two (run_glue.py's rule), and `mse` for scores.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import mean_squared_error
 
-from shared.metric_rules import COMBINED_SCORE, MSE, MetricPlan
+from shared.jobspec.metric_rules import COMBINED_SCORE, MSE, MetricPlan
 
 GLUE_MODULE = Path(__file__).resolve().parent / "metrics" / "glue"
 
@@ -25,7 +25,7 @@ Metrics = dict[str, float]
 
 
 def compute_plan(plan: MetricPlan, preds: np.ndarray, refs: np.ndarray) -> Metrics:
-    """The plan's metrics (shared.metric_rules.metric_plan: a task's, or those of a job on its own
+    """The plan's metrics (shared.jobspec.metric_rules.metric_plan: a task's, or those of a job on its own
     files), as plain floats. `preds` are class ids (the argmax of the logits) for classification
     and scores for regression; a regression model's (n, 1) output may be passed as it is."""
     preds, refs = _as_pair(preds, refs)

@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from shared.db import Database
-from shared.resilience import is_transient
+from shared.core.db import Database
+from shared.core.db_retries import is_transient
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class DatabaseWatch:
 
     Every access of the worker goes through `session()`: its loop's claim, lease recovery and own
     heartbeat, each running job's heartbeat, each outcome it records. The round trip that ended last
-    decides: one that failed for want of the database (shared.resilience.is_transient: away, or
+    decides: one that failed for want of the database (shared.core.db_retries.is_transient: away, or
     locked past the busy timeout) makes the worker not ready, the next one that reached it (with an
     answer, or with an error the database itself gave) ready again. A busy worker's loop may not
     touch the database for a while, but each job's heartbeat does every GLUEJOBS_HEARTBEAT_S, so

@@ -1,4 +1,4 @@
-"""A job's folder on this machine and, with an object store, its copy there (shared/storage.py).
+"""A job's folder on this machine and, with an object store, its copy there (shared/core/storage.py).
 
 With the local store (GLUEJOBS_STORAGE_URL unset) the job's folder on this machine *is* the store's
 copy, and everything here is what worker/checkpoints.py does on its own. With an object store the
@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from shared.config import Settings
-from shared.storage import Store, job_key, open_store
+from shared.core.config import Settings
+from shared.core.storage import Store, job_key, open_store
 from worker import checkpoints
 from worker.checkpoints import CHECKPOINT_PREFIX, PARTIAL_SUFFIX, STATE_FILE, CheckpointConflict, Reconciled
 from worker.outcome import LOG_DIR

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from shared.config import Settings
-from shared.models import Job
+from shared.core.config import Settings
+from shared.core.tables import Job
 from worker.checkpoints import ATTEMPT_ENV
 from worker.determinism import job_environment
 from worker.devices import cuda_visible_devices

@@ -6,11 +6,11 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
-from shared import release
-from shared.config import get_settings
-from shared.db import Database
-from shared.migrate import upgrade
-from shared.storage import open_store
+from shared.core import release
+from shared.core.config import get_settings
+from shared.core.db import Database
+from shared.core.migrate import upgrade
+from shared.core.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _migrate(db: Database, worker: Worker, *, check_only: bool = False) -> bool:
     database as long as it takes (a fleet that starts before its database, or during a failover, waits
     instead of exiting); False when the worker was stopped meanwhile. A release that does not fit the
     database raises release.ReleaseMismatch."""
-    from shared.resilience import Backoff, is_transient
+    from shared.core.db_retries import Backoff, is_transient
 
     backoff = Backoff(base_s=0.5, cap_s=30.0)
     while not worker.stopping:

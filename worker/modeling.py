@@ -18,12 +18,12 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from shared.config import Settings
-from shared.errors import InvalidSpec, JobFailed, quote
-from shared.model_cache import cached_model
-from shared.registered_models import RegisteredModel, is_registered
-from shared.spec import locate_model
-from shared.storage import open_store
+from shared.core.config import Settings
+from shared.core.errors import InvalidSpec, JobFailed, quote
+from shared.core.storage import open_store
+from shared.jobspec.registered_models import RegisteredModel, is_registered
+from shared.jobspec.spec import locate_model
+from shared.model_folders.cache import cached_model
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +36,10 @@ class ModelError(JobFailed):
 
 def resolve_model(name_or_path: str, settings: Settings, *, registered: RegisteredModel | None = None) -> str:
     """The absolute path of the model's folder: this machine's copy of a registered model (fetched
-    from the store by its hash, checked: shared/model_cache.py), under GLUEJOBS_MODELS_DIR, or in the
+    from the store by its hash, checked: shared/model_folders/cache.py), under GLUEJOBS_MODELS_DIR, or in the
     Hub's cache.
 
-    The name goes through the API's own rule again (shared.spec.locate_model), since a worker must
+    The name goes through the API's own rule again (shared.jobspec.spec.locate_model), since a worker must
     not trust a stored spec. transformers is only ever given an absolute path: handed a Hub id, it
     would first try a folder of that name relative to the worker's working directory.
     """

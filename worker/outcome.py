@@ -1,7 +1,7 @@
 """How a job's process tells its worker why it ended, and what kind of failure it was.
 
 A failing process leaves `logs/error-rank<N>.json` in the job's folder: {"code", "message"}, the
-code an ErrorCode (shared.models). Exit statuses say the rest: PREEMPTED_EXIT (stopped on request
+code an ErrorCode (shared.core.tables). Exit statuses say the rest: PREEMPTED_EXIT (stopped on request
 with a checkpoint), and a death by signal or without an error file (killed, or the interpreter
 crashed). Torch-free, so the runner (which never imports torch) can read it all.
 """
@@ -13,9 +13,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.errors import GluejobsError, InvalidSpec, JobFailed
-from shared.models import ErrorCode
-from shared.resilience import is_transient
+from shared.core.db_retries import is_transient
+from shared.core.errors import GluejobsError, InvalidSpec, JobFailed
+from shared.core.tables import ErrorCode
 
 LOG_DIR = "logs"
 MAX_ERROR_CHARS = 4000

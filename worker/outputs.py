@@ -14,9 +14,9 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
-from shared.artifact_links import artifact_path, download_command
-from shared.config import Settings
-from shared.spec import JobSpec
+from shared.core.artifact_links import artifact_path, download_command
+from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
 from worker.batches import collator
 from worker.data import RawData, TokenizedData, in_row_order, longest_first
 from worker.job_storage import JobStorage

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.metric_rules import improves
+from shared.jobspec.metric_rules import improves
 from worker import checkpoints
 
 

@@ -2,7 +2,7 @@
 database outages, so the training loop never waits on the database.
 
 - Order kept: one FIFO queue, one writer; an operation leaves the queue only once it committed.
-- Retries: a write that fails because the database is away or busy (shared.resilience.is_transient)
+- Retries: a write that fails because the database is away or busy (shared.core.db_retries.is_transient)
   is retried with capped, jittered backoff until it commits. Every write is idempotent (metric rows
   by (job, split, name, step), checkpoints by (job, step), events by their dedup key), so a write
   that committed but whose acknowledgement was lost adds nothing when it is retried.
@@ -29,10 +29,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from shared import jobs_repo
-from shared.db import Database
-from shared.errors import StaleClaim
+from shared.core.db import Database
+from shared.core.db_retries import Backoff, is_transient
+from shared.core.errors import StaleClaim
 from shared.jobs_repo import Claim, MetricRow
-from shared.resilience import Backoff, is_transient
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from accelerate import Accelerator
 
-from shared.schedule import Schedule
-from shared.spec import JobSpec
+from shared.jobspec.schedule import Schedule
+from shared.jobspec.spec import JobSpec
 from worker import tracking
 from worker.modeling import head_in_fp32, parameter_counts
 

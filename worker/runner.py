@@ -30,12 +30,13 @@ from pathlib import Path
 from secrets import token_hex
 from types import FrameType
 
-from shared import jobs_repo, release
-from shared.config import Settings
-from shared.db import Database, read
-from shared.fair_share import ClaimPolicy
-from shared.models import Job, WorkerState
-from shared.resilience import Backoff, is_transient
+from shared import jobs_repo
+from shared.core import release
+from shared.core.config import Settings
+from shared.core.db import Database, read
+from shared.core.db_retries import Backoff, is_transient
+from shared.core.tables import Job, WorkerState
+from shared.queue.fair_share import ClaimPolicy
 from worker.devices import DevicePool, cpu_slots
 from worker.health import DatabaseWatch
 from worker.launch import (
@@ -293,7 +294,7 @@ class Worker:
 
     def _fits_database(self) -> bool:
         """Whether this release may still claim: asked before every claim, since the database may be
-        migrated under a running worker (shared/release.py)."""
+        migrated under a running worker (shared/core/release.py)."""
         with self.database.session() as session, read(session):
             reason = release.misfit(session.connection())
         if reason is None:

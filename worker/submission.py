@@ -3,7 +3,7 @@
 The test rows come from the local GLUE copy's test files (GLUEJOBS_GLUE_DIR: an id column and no
 labels), else from the Hub's test splits (`idx`, labels -1). MNLI predicts both test splits and,
 when the data has it, GLUE's diagnostic set (AX.tsv). File names, header and label formats are
-shared/glue_submission.py's.
+shared/research/glue_submission.py's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, default_data_collator
 
-from shared.config import Settings
-from shared.data_files import (
+from shared.core.config import Settings
+from shared.data.reading import (
     DIAGNOSTIC_HUB_CONFIG,
     DIAGNOSTIC_SPLIT,
     GLUE_LAYOUTS,
@@ -30,9 +30,9 @@ from shared.data_files import (
     predict_split,
     read_local_test_splits,
 )
-from shared.glue_submission import prediction_labels, write_submission_file
-from shared.spec import JobSpec
-from shared.tasks import DIAGNOSTIC_SUBMISSION_FILE, GLUE_SUBMISSIONS, TASKS, GlueTask
+from shared.jobspec.spec import JobSpec
+from shared.jobspec.tasks import DIAGNOSTIC_SUBMISSION_FILE, GLUE_SUBMISSIONS, TASKS, GlueTask
+from shared.research.glue_submission import prediction_labels, write_submission_file
 from worker.data import in_row_order, load_hub_glue, longest_first
 
 HUB_ID_COLUMN = "idx"

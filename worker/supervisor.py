@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from shared import jobs_repo
-from shared.config import Settings
-from shared.models import ErrorCode, Job, JobStatus
-from shared.resilience import Backoff, is_transient
+from shared.core.config import Settings
+from shared.core.db_retries import Backoff, is_transient
+from shared.core.tables import ErrorCode, Job, JobStatus
 from worker.health import DatabaseWatch
 from worker.job_storage import JobStorage
 from worker.launch import ChildProcess, terminate

@@ -37,7 +37,7 @@ import torch
 import transformers  # noqa: F401
 
 import worker.child
-import worker.environment
+import worker.reproducibility
 import worker.training
 import worker.warm  # noqa: F401
 

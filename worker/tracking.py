@@ -23,9 +23,9 @@ from typing import Any
 
 from accelerate.utils import ProjectConfiguration
 
-from shared.config import CONFINED_TRACKERS
-from shared.errors import JobFailed
-from shared.spec import JobSpec
+from shared.core.config import CONFINED_TRACKERS
+from shared.core.errors import JobFailed
+from shared.jobspec.spec import JobSpec
 
 PROJECT_NAME = "gluejobs"  # the MLflow experiment (MLFLOW_EXPERIMENT_NAME overrides it) and TensorBoard run
 TENSORBOARD_DIR = "tensorboard"

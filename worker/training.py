@@ -26,12 +26,12 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, get_scheduler
 
-from shared.config import Settings
-from shared.errors import JobFailed
-from shared.metric_rules import MetricPlan, metric_plan, ranking_metric
-from shared.schedule import Schedule, spec_schedule
-from shared.spec import JobSpec
-from shared.tasks import EVAL_SPLIT, TRAIN_SPLIT
+from shared.core.config import Settings
+from shared.core.errors import JobFailed
+from shared.jobspec.metric_rules import MetricPlan, metric_plan, ranking_metric
+from shared.jobspec.schedule import Schedule, spec_schedule
+from shared.jobspec.spec import JobSpec
+from shared.jobspec.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import outputs, tracking
 from worker.batches import epoch_batches, make_dataloaders, pad_multiple
 from worker.data import RawData, TokenizedData, in_row_order, load_raw_data, tokenize_data

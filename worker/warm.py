@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shared.models import Job
+from shared.core.tables import Job
 from worker.determinism import job_environment
 from worker.launch import job_processes
 from worker.liveness import WORKER_PID_ENV

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from shared.config import Settings
-from shared.owners import adopt_configured_owners, configured_keys, name_digest_owners
+from shared.core.config import Settings
+from shared.core.owners import adopt_configured_owners, configured_keys, name_digest_owners
 
 revision: str = "0008"
 down_revision: str | None = "0007"

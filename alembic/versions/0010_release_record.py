@@ -1,7 +1,7 @@
 """which releases may work on the database
 
 One row, written by `gluejobs migrate`: the schema revision, the oldest release whose API and workers
-may work on it, and the release that migrated it (shared/release.py). Additive: the API and workers of
+may work on it, and the release that migrated it (shared/core/release.py). Additive: the API and workers of
 0.1.0 go on working on it, but they never read it (docs/upgrading.md).
 
 Revision ID: 0010

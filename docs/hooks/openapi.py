@@ -37,7 +37,7 @@ def openapi_schema(repo: Path) -> dict[str, Any]:
     if str(repo) not in sys.path:  # mkdocs runs from anywhere; the app's packages are the repository's
         sys.path.insert(0, str(repo))
     from service.main import create_app
-    from shared.config import Settings
+    from shared.core.config import Settings
 
     with tempfile.TemporaryDirectory(prefix="gluejobs-docs-") as tmp:
         root = Path(tmp)

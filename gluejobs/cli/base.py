@@ -28,7 +28,7 @@ import click
 
 from gluejobs.client import DEFAULT_URL, Client, RetryPolicy
 from gluejobs.output import print_json
-from shared.suggest import did_you_mean
+from shared.jobspec.suggest import did_you_mean
 
 # A person at a terminal would rather hear at once that nobody is listening, but an API that answers
 # 503 (its database away) or 429 is waited for, as long as it asks (Retry-After), with backoff.

@@ -68,10 +68,10 @@ def migrate() -> int:
 
     The database of GLUEJOBS_DATABASE_URL; it records which releases may work on it."""
     _need_server("migrate")
-    from shared.config import get_settings
-    from shared.db import Database
-    from shared.migrate import upgrade
-    from shared.release import RELEASE, ReleaseMismatch
+    from shared.core.config import get_settings
+    from shared.core.db import Database
+    from shared.core.migrate import upgrade
+    from shared.core.release import RELEASE, ReleaseMismatch
 
     db = Database(get_settings().database_url)
     try:

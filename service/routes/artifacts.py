@@ -1,7 +1,7 @@
 """A job's folder over HTTP: its logs (a failed job's traceback without a shell on the worker) and
 its artifacts (final model, checkpoints, predictions). Owner only: JobDep answers 404 for others.
 
-They come from the store (shared/storage.py): the local folder the workers write, or the object
+They come from the store (shared/core/storage.py): the local folder the workers write, or the object
 store they upload to, so the API can run on a machine that never saw a worker's disk.
 """
 
@@ -14,11 +14,11 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 
 from service.deps import JobDep, SettingsDep, StoreDep
-from service.downloads import folder_of, stored_download
-from service.job_files import LocalFolder, read_log, tar_stream
-from service.schemas import ArtifactList, ArtifactPublic
-from shared.errors import NotFound, quote
-from shared.storage import job_key
+from service.files.downloads import folder_of, stored_download
+from service.files.job_folders import LocalFolder, read_log, tar_stream
+from service.schemas.jobs import ArtifactList, ArtifactPublic
+from shared.core.errors import NotFound, quote
+from shared.core.storage import job_key
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

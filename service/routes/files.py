@@ -1,7 +1,7 @@
 """/v1/files: data files uploaded through the API, checked as they land, kept in the store by content.
 
-An upload streams to this machine's disk (service/uploads.py), is checked with the dry run's rules
-(shared/upload_checks.py), and only then is stored: its bytes under their sha256 in the store (once,
+An upload streams to this machine's disk (service/files/uploads.py), is checked with the dry run's rules
+(service/files/upload_checks.py), and only then is stored: its bytes under their sha256 in the store (once,
 whoever sends them again), its description as a row owned by the caller. A refused or cut-off
 upload keeps nothing. A job names a file by id wherever it takes a file name.
 """
@@ -16,29 +16,29 @@ from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy.orm import Session
 
 from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
-from service.downloads import stored_download
-from service.file_checks import FileChecks
-from service.file_schemas import FileCheck, FileDeleted, FilePublic
-from service.schemas import ErrorResponse, Page
-from service.upload_values import refuse_unstorable_report
-from service.uploads import FILE_FIELD, Received, receive_upload
+from service.files.check_runner import FileChecks
+from service.files.downloads import stored_download
+from service.files.stored_files import remove_unheld
+from service.files.upload_checks import PURPOSES, UploadReport, task_of, upload_warnings
+from service.files.upload_values import refuse_unstorable_report
+from service.files.uploads import FILE_FIELD, Received, receive_upload
+from service.schemas.files import FileCheck, FileDeleted, FilePublic
+from service.schemas.jobs import ErrorResponse, Page
 from shared import jobs_repo
-from shared.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
-from shared.config import Settings
-from shared.errors import InvalidRequest
-from shared.faults import crash_point
-from shared.file_copies import keep_copy
-from shared.models import File
-from shared.storage import Store, StoreUnavailable, file_key
-from shared.stored_files import remove_unheld
-from shared.tasks import GlueTask
-from shared.upload_checks import PURPOSES, UploadReport, task_of, upload_warnings
+from shared.core.config import Settings
+from shared.core.errors import InvalidRequest
+from shared.core.faults import crash_point
+from shared.core.storage import Store, StoreUnavailable, file_key
+from shared.core.tables import File
+from shared.data.local_copies import keep_copy
+from shared.jobspec.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
+from shared.jobspec.tasks import GlueTask
 
 logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/files", tags=["files"])
 
-# The spec's column mapping (shared/column_mapping.py), as form fields of the upload: its check reads
+# The spec's column mapping (shared/jobspec/column_mapping.py), as form fields of the upload: its check reads
 # the texts and labels from these columns, and its stored tally counts the label column's values.
 COLUMN_FORM_FIELDS = {
     "text_column": "The column that holds the text (as the job spec's text_column)",
@@ -46,7 +46,7 @@ COLUMN_FORM_FIELDS = {
     "label_column": "The column that holds the labels (default: label)",
 }
 
-# The body POST /v1/files takes, for the schema: the body is parsed by hand (service/uploads.py).
+# The body POST /v1/files takes, for the schema: the body is parsed by hand (service/files/uploads.py).
 UPLOAD_BODY: dict[str, Any] = {
     "required": True,
     "content": {
@@ -195,7 +195,7 @@ def _store(
     task: GlueTask | None,
 ) -> tuple[File, bool]:
     """The bytes into the store, then the row: the file is visible only once both exist, and a failed
-    row write takes the bytes out again (a crash in between leaves them to shared/stored_files.py's
+    row write takes the bytes out again (a crash in between leaves them to service/files/stored_files.py's
     sweep at the next start). The bytes are written whether or not another owner's file holds them
     already: the answer and the store's work are those of new bytes, so an upload cannot tell whether
     someone else has a file."""

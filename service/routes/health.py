@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.deps import get_database
-from service.outage import RETRY_AFTER_S
-from service.schemas import Health
-from shared import release
-from shared.migrate import is_migrating
+from service.edge.outage import RETRY_AFTER_S
+from service.schemas.jobs import Health
+from shared.core import release
+from shared.core.migrate import is_migrating
 
 router = APIRouter(tags=["health"])
 

@@ -20,9 +20,12 @@ from service.deps import (
     SessionDep,
     SettingsDep,
 )
+from service.dry_run.plan import plan_job
+from service.edge.spec_route import SpecCheckedRoute
 from service.idempotency import request_hash
 from service.job_views import job_view, job_views
-from service.schemas import (
+from service.research.reproduction import compare_runs
+from service.schemas.jobs import (
     CheckpointList,
     CheckpointPublic,
     ErrorResponse,
@@ -33,16 +36,14 @@ from service.schemas import (
     MetricPublic,
     Page,
 )
-from service.spec_routes import SpecCheckedRoute
-from shared import error_words, jobs_repo
-from shared.artifact_links import download_command
-from shared.errors import Conflict, InvalidRequest, quote
-from shared.job_checks import check_job_spec, check_priority
-from shared.models import JobStatus
-from shared.plan import plan_job
-from shared.quotas import QuotaDefaults
-from shared.reproduction import compare_runs
-from shared.spec import JobSpec
+from shared import jobs_repo
+from shared.core.artifact_links import download_command
+from shared.core.errors import Conflict, InvalidRequest, quote
+from shared.core.tables import JobStatus
+from shared.jobspec import validation_messages
+from shared.jobspec.spec import JobSpec
+from shared.queue.quotas import QuotaDefaults
+from shared.submission.job_checks import check_job_spec, check_priority
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=SpecCheckedRoute)
 
@@ -216,7 +217,7 @@ def rerun_job(
     try:
         check_job_spec(JobSpec.model_validate(job.spec), settings, scope=scope, warnings=warnings)
     except ValidationError as exc:  # a spec stored by an older version that this one refuses
-        problem = error_words.problem(exc, prefix="spec")
+        problem = validation_messages.problem(exc, prefix="spec")
         raise Conflict(f"job {job.id}'s spec is no longer accepted: {problem.line()}") from exc
     metadata = {k: v for k, v in job.metadata_.items() if not k.startswith("sweep_")}
     rerun = jobs_repo.create_job(

@@ -1,7 +1,7 @@
 """/v1/keys and /v1/audit: admins make, list, revoke and rotate keys, and read who changed what.
 
 A key's secret is in the answer that makes it (create, rotate) and nowhere else: not in lists, logs,
-events or the audit log, and the database keeps only its digest (shared/api_keys.py). Keys are made
+events or the audit log, and the database keeps only its digest (service/accounts/api_keys.py). Keys are made
 only while auth is on: with no key configured every caller is an anonymous admin, and a key minted
 then would be a key anybody could have minted.
 """
@@ -12,13 +12,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
 
-from service.auth import Principal
+from service.accounts import api_keys, audit
+from service.accounts.auth import Principal
 from service.deps import After, PrincipalDep, RowId, SessionDep
-from service.key_schemas import AuditEntryPublic, KeyCreate, KeyCreated, KeyList, KeyPublic
-from service.owner_schemas import OwnerName
-from service.schemas import ErrorResponse, Page
-from shared import api_keys, audit
-from shared.errors import Conflict
+from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.keys import AuditEntryPublic, KeyCreate, KeyCreated, KeyList, KeyPublic
+from service.schemas.owners import OwnerName
+from shared.core.errors import Conflict
 
 router = APIRouter(tags=["keys"])
 

@@ -8,16 +8,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas import Leaderboard
+from service.research.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
+from service.research.leaderboard import build_leaderboard, is_ranked_job
+from service.schemas.jobs import Leaderboard
 from shared import jobs_repo
-from shared.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
-from shared.errors import InvalidRequest
-from shared.leaderboard import build_leaderboard, is_ranked_job
-from shared.models import Job, JobMetric, JobStatus
-from shared.spec import JobSpec, TaskName
-from shared.suggest import did_you_mean
-from shared.sweep_stats import sweep_results
-from shared.tasks import TASKS
+from shared.core.errors import InvalidRequest
+from shared.core.tables import Job, JobMetric, JobStatus
+from shared.jobspec.spec import JobSpec, TaskName
+from shared.jobspec.suggest import did_you_mean
+from shared.jobspec.tasks import TASKS
+from shared.research.sweep_stats import sweep_results
 
 router = APIRouter(prefix="/leaderboard", tags=["leaderboard"])
 

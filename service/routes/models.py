@@ -1,8 +1,8 @@
 """/v1/models: base models registered once, kept in the store by content, named by jobs.
 
 A model folder arrives as a tar in the multipart part `file` (`gluejobs models upload` makes it), is
-streamed to this machine's disk (service/uploads.py), unpacked member by member and checked as a
-loadable transformers folder without torch (shared/model_uploads.py), and only then stored: each
+streamed to this machine's disk (service/files/uploads.py), unpacked member by member and checked as a
+loadable transformers folder without torch (shared/model_folders/uploads.py), and only then stored: each
 file under its sha256, the manifest of paths and hashes under its own sha256, which is the model's
 hash; its row names it for its owner. A refused or cut-off upload keeps nothing. A job names it in
 `model_name_or_path` as `model:NAME`; workers fetch it by hash into their cache.
@@ -22,16 +22,16 @@ from fastapi import APIRouter, Query, Request, status
 from sqlalchemy.orm import Session
 
 from service.deps import After, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
-from service.model_schemas import ModelDeleted, ModelPublic
-from service.schemas import ErrorResponse, Page
-from service.uploads import FILE_FIELD, Received, receive_upload
+from service.files.uploads import FILE_FIELD, Received, receive_upload
+from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.models import ModelDeleted, ModelPublic
 from shared import jobs_repo
-from shared.config import Settings
-from shared.errors import Conflict, InvalidRequest
-from shared.model_uploads import check_model_folder, unpack_model_tar
-from shared.models import StoredModel
-from shared.registered_models import NAME_PATTERN, ManifestFile, manifest_bytes, manifest_sha256
-from shared.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
+from shared.core.config import Settings
+from shared.core.errors import Conflict, InvalidRequest
+from shared.core.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
+from shared.core.tables import StoredModel
+from shared.jobspec.registered_models import NAME_PATTERN, ManifestFile, manifest_bytes, manifest_sha256
+from shared.model_folders.uploads import check_model_folder, unpack_model_tar
 
 logger = logging.getLogger(__name__)
 

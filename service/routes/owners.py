@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from service.accounts.owner_views import list_owners, set_owner_quota
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.owner_schemas import OwnerName, OwnerPublic, OwnersPublic, OwnerUpdate
-from service.schemas import ErrorResponse
-from shared.owner_views import list_owners, set_owner_quota
-from shared.quotas import QuotaDefaults
+from service.schemas.jobs import ErrorResponse
+from service.schemas.owners import OwnerName, OwnerPublic, OwnersPublic, OwnerUpdate
+from shared.queue.quotas import QuotaDefaults
 
 router = APIRouter(prefix="/owners", tags=["owners"])
 

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from service.deps import After, DataScopeDep, PrincipalDep, SearchDep, SessionDep, SettingsDep
-from service.schemas import ErrorResponse, Page
-from service.search_schemas import (
+from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.searches import (
     SearchBest,
     SearchCreate,
     SearchPublic,
@@ -19,16 +19,16 @@ from service.search_schemas import (
     SeedsCreate,
 )
 from shared import jobs_repo
-from shared.errors import Conflict
-from shared.job_checks import check_priority
-from shared.models import Job, Search, SearchStatus, SearchTrial, utcnow
-from shared.quotas import QuotaDefaults
+from shared.core.errors import Conflict
+from shared.core.tables import Job, Search, SearchStatus, SearchTrial, utcnow
+from shared.queue.quotas import QuotaDefaults
+from shared.research.sweep_stats import sweep_status
+from shared.research.sweeps import resolve_sweep
 from shared.searches import store
 from shared.searches.config import dump
 from shared.searches.optimizer import Optimizer, best_value
 from shared.searches.specs import check_space, corners, draw_seed, resolve_objective, resolve_trials
-from shared.sweep_stats import sweep_status
-from shared.sweeps import resolve_sweep
+from shared.submission.job_checks import check_priority
 
 router = APIRouter(prefix="/searches", tags=["searches"])
 

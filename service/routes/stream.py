@@ -12,7 +12,7 @@ its start). Checkpoints travel as job events (kind "checkpoint", written with th
 so they share the event cursor.
 
 The job's new rows reach its streams through the process's one reader for that job
-(service/stream_fanout.py): woken by a NOTIFY on Postgres, looking every 50 ms on SQLite, it reads
+(service/background/stream_fanout.py): woken by a NOTIFY on Postgres, looking every 50 ms on SQLite, it reads
 each new row once and encodes it once for all of the job's streams. A stream whose cursor is behind
 what that reader holds reads its own pages first (each one statement: a UNION ALL of two index range
 scans, jobs_repo.read_stream_page), so a resume from long ago costs what a cursor poller costs.
@@ -21,7 +21,7 @@ A stream outlives a database outage: its reader (or its own page read) tries aga
 cursor, backing off, with keep-alive comments meanwhile, so the stream pauses and then goes on where
 it was, without losing or repeating an event.
 
-A stream re-checks its key every KEY_RECHECK_S (through the key cache, service/auth.py, whose rows
+A stream re-checks its key every KEY_RECHECK_S (through the key cache, service/accounts/auth.py, whose rows
 are at most KEY_CACHE_S old): once the key is revoked, rotated or expired, the stream sends an
 `error` event ({code, message}) and closes, within KEY_RECHECK_S + KEY_CACHE_S of the change.
 
@@ -42,14 +42,14 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.auth import KeyRing
+from service.accounts.auth import KeyRing
+from service.background.stream_fanout import FeedRow, StreamFanout, in_time_order, read_page
 from service.deps import JobDep, PrincipalDep, SettingsDep, get_database, get_store
-from service.downloads import folder_of
-from service.job_files import new_log_pieces
-from service.rate_limits import REFRESH_S, StreamSlots
-from service.stream_fanout import FeedRow, StreamFanout, in_time_order, read_page
-from shared.errors import InvalidRequest, Unauthorized
-from shared.resilience import Backoff, is_transient
+from service.edge.rate_limits import REFRESH_S, StreamSlots
+from service.files.downloads import folder_of
+from service.files.job_folders import new_log_pieces
+from shared.core.db_retries import Backoff, is_transient
+from shared.core.errors import InvalidRequest, Unauthorized
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -100,7 +100,7 @@ def _resume_from(
 async def _stream_slot(
     request: Request, job: JobDep, principal: PrincipalDep, _cursor: Annotated[Cursor, Depends(_resume_from)]
 ) -> AsyncIterator[Callable[[], None]]:
-    """A slot among the key's open streams (service/rate_limits.py), held until the response has
+    """A slot among the key's open streams (service/edge/rate_limits.py), held until the response has
     ended, however it ends: 429 for a key that holds its cap. Yields what refreshes the slot. After
     the cursor's check, so that a refused id takes no slot."""
     slots: StreamSlots = request.app.state.stream_slots
@@ -183,7 +183,7 @@ async def stream_job(
             except SQLAlchemyError as exc:
                 if not is_transient(exc):
                     raise
-                # The outage record (service/outage.py) has logged it; this stream waits it out.
+                # The outage record (service/edge/outage.py) has logged it; this stream waits it out.
                 if time.monotonic() - last_sent >= KEEPALIVE_S:
                     yield ServerSentEvent(comment="database unavailable; waiting")
                     last_sent = time.monotonic()

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Query, Response
 from pydantic import WithJsonSchema
 
 from service.deps import MAX_ROW_ID, PrincipalDep, SessionDep, SettingsDep, StoreDep
-from service.downloads import folder_of
-from service.job_files import JobFolder
-from service.schemas import ErrorResponse
+from service.files.downloads import folder_of
+from service.files.job_folders import JobFolder
+from service.schemas.jobs import ErrorResponse
 from shared import jobs_repo
-from shared.errors import InvalidRequest, quote
-from shared.glue_submission import JobFiles, bundle_submission
+from shared.core.errors import InvalidRequest, quote
+from shared.research.glue_submission import JobFiles, bundle_submission
 
 router = APIRouter(prefix="/submissions", tags=["submissions"])
 

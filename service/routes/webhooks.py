@@ -9,17 +9,17 @@ from fastapi import APIRouter, Path, Query, Request, status
 from sqlalchemy.orm import Session
 
 from service.deps import After, PrincipalDep, RowId, SessionDep, SettingsDep
-from service.schemas import ErrorResponse, Page
-from service.webhook_schemas import (
+from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.webhooks import (
     DeliveryPublic,
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,
     WebhookUpdate,
 )
-from shared.config import Settings
-from shared.errors import InvalidRequest
-from shared.models import WebhookEndpoint
+from shared.core.config import Settings
+from shared.core.errors import InvalidRequest
+from shared.core.tables import WebhookEndpoint
 from shared.webhooks import endpoints
 from shared.webhooks.addresses import AllowList, RefusedTarget, checked_target
 

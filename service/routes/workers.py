@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas import WorkersPublic
+from service.schemas.jobs import WorkersPublic
 from shared import jobs_repo
 
 router = APIRouter(prefix="/workers", tags=["workers"])

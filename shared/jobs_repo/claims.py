@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shared.errors import NotFound, StaleClaim
-from shared.models import ACTIVE_STATUSES, Job, JobStatus
+from shared.core.errors import NotFound, StaleClaim
+from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus
 
 
 @dataclass(frozen=True)

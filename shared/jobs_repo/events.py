@@ -9,8 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from shared.core.tables import Job, JobEvent, JobStatus, utcnow
 from shared.jobs_repo.streams import notify_rows
-from shared.models import Job, JobEvent, JobStatus, utcnow
 from shared.webhooks.events import job_finished
 
 STATE = "state"

@@ -1,6 +1,6 @@
 """Uploaded files (the API's /v1/files routes), and the link of a job to the files its spec names.
 
-A file's bytes live in the store under their sha256 (shared/storage.py); a row here describes one
+A file's bytes live in the store under their sha256 (shared/core/storage.py); a row here describes one
 upload of them by one owner. A job names a file in its spec (`train_file: "file-7"`, with the file's
 record under `uploaded_files`); `link_files` records that use inside the job's own transaction,
 locking the file's row, and `delete_file` refuses (409) while a queued or running job holds one:
@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.errors import Conflict, NotFound
-from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import File, Job, JobFile, JobStatus, utcnow
+from shared.core.db import read, write
+from shared.core.errors import Conflict, NotFound
+from shared.core.ownership import _newest_first, _owned
+from shared.core.tables import File, Job, JobFile, JobStatus, utcnow
 
 FILE_ID_PREFIX = "file-"
 # The statuses of a job that will still read its files.
@@ -75,7 +75,7 @@ def add_file(session: Session, *, new: NewFile) -> tuple[File, bool]:
 
 def recheck_file(session: Session, *, file_id: int, checks: dict[str, Any], purpose: str) -> File:
     """The owner's file with what a new check of its bytes found: the same bytes uploaded again with
-    another column mapping (shared/column_mapping.py) are tallied by their new label column."""
+    another column mapping (shared/jobspec/column_mapping.py) are tallied by their new label column."""
     with write(session):
         file = session.get(File, file_id, with_for_update=True)
         if file is None:

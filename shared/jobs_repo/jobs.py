@@ -10,14 +10,14 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.errors import Conflict, NotFound
+from shared.core.db import read, write
+from shared.core.errors import Conflict, NotFound
+from shared.core.ownership import _newest_first, _owned
+from shared.core.tables import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
 from shared.jobs_repo.events import _transition
 from shared.jobs_repo.files import link_files
 from shared.jobs_repo.models import link_model
-from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
-from shared.quotas import QuotaDefaults, check_queued
+from shared.queue.quotas import QuotaDefaults, check_queued
 
 # How long POST /v1/jobs remembers an Idempotency-Key (at least the 24 hours the API promises).
 IDEMPOTENCY_KEY_TTL_S = 48 * 3600.0
@@ -35,7 +35,7 @@ class NewJob(TypedDict, total=False):
     max_attempts: int  # default 3
     owner: str | None
     warnings: list[str]  # what the API accepted with a word of warning
-    # Who created it (service/auth.Principal.actor: owner, key label, key id), for its first event.
+    # Who created it (service/accounts/auth.Principal.actor: owner, key label, key id), for its first event.
     actor: dict[str, Any] | None
 
 

@@ -1,7 +1,7 @@
 """Registered models (the API's /v1/models routes), and the link of a job to the model it names.
 
 A model's files live in the store by sha256, its manifest by the manifest's sha256
-(shared/registered_models.py); a row here is one owner's name for them. Names are unique per owner.
+(shared/jobspec/registered_models.py); a row here is one owner's name for them. Names are unique per owner.
 A job names a model in its spec (`model:NAME`, with the model's record under `registered_model`);
 `link_model` records that use inside the job's own transaction, locking the model's row, and
 `delete_model` refuses (409) while a queued or running job holds it, as for uploaded files.
@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.errors import Conflict, NotFound
+from shared.core.db import read, write
+from shared.core.errors import Conflict, NotFound
+from shared.core.ownership import _newest_first, _owned
+from shared.core.tables import Job, JobModel, StoredModel, utcnow
 from shared.jobs_repo.files import _USING
-from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import Job, JobModel, StoredModel, utcnow
 
 
 @dataclass(frozen=True)

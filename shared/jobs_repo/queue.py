@@ -10,8 +10,10 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.core.db import read, write
+from shared.core.db_retries import retry_delay_s
+from shared.core.owners import ensure_owner
+from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Owner, Worker, utcnow
 from shared.jobs_repo.claims import Claim, _current, _held_by
 from shared.jobs_repo.events import _transition
 from shared.jobs_repo.reservations import (
@@ -20,10 +22,8 @@ from shared.jobs_repo.reservations import (
     reserve_wide_job,
     wide_job_conditions,
 )
-from shared.models import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Owner, Worker, utcnow
-from shared.owners import ensure_owner
-from shared.quotas import devices_held, effective_quota
-from shared.resilience import retry_delay_s
+from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.queue.quotas import devices_held, effective_quota
 
 
 def queued_wider_than(session: Session, *, processes: int) -> list[int]:
@@ -49,7 +49,7 @@ def claim_next(
     capacity: int | None = None,
     policy: ClaimPolicy | None = None,
 ) -> Job | None:
-    """Claim the next claimable job in the order of `policy` (shared/fair_share.py: fair share,
+    """Claim the next claimable job in the order of `policy` (shared/queue/fair_share.py: fair share,
     priority, age; without a policy: priority, then age), or None.
 
     A job is claimable when queued, past its `not_before` (a retry's backoff), and within its owner's

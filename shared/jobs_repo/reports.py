@@ -11,13 +11,13 @@ from typing import Any
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
-from shared.artifact_links import download_command
-from shared.db import write
+from shared.core.artifact_links import download_command
+from shared.core.db import write
+from shared.core.tables import Checkpoint, Job, JobMetric, utcnow
 from shared.jobs_repo.claims import Claim, _fence
 from shared.jobs_repo.events import CHECKPOINT, LOG, _event, _insert_for
 from shared.jobs_repo.streams import notify_rows
-from shared.models import Checkpoint, Job, JobMetric, utcnow
-from shared.tasks import EVAL_SPLIT, greater_is_better
+from shared.jobspec.tasks import EVAL_SPLIT, greater_is_better
 from shared.webhooks.events import checkpoint_declared
 
 

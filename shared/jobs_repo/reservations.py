@@ -20,10 +20,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, exists, or_, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import write
-from shared.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.core.db import write
+from shared.core.tables import Job, JobStatus, Worker, WorkerState
 from shared.jobs_repo.events import LOG, _event
-from shared.models import Job, JobStatus, Worker, WorkerState
+from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
 
 LIVE_STATES = (WorkerState.idle, WorkerState.busy)
 

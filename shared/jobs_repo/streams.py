@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import Connection, Select, bindparam, cast, literal, null, select, text, union_all
 from sqlalchemy.orm import Session
 
-from shared.db import read
-from shared.models import Checkpoint, Job, JobEvent, JobMetric
+from shared.core.db import read
+from shared.core.tables import Checkpoint, Job, JobEvent, JobMetric
 
 # The channel on which a write of a job's rows tells the API's streams (Postgres; the payload is the
-# job's id): service/stream_fanout.py listens.
+# job's id): service/background/stream_fanout.py listens.
 NOTIFY_CHANNEL = "gluejobs_rows"
 _NOTIFY = text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :job_id)")
 

@@ -10,13 +10,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.errors import Conflict
+from shared.core.db import read, write
+from shared.core.errors import Conflict
+from shared.core.ownership import _newest_first, _owned
+from shared.core.tables import Job, JobMetric, JobStatus, Sweep, utcnow
 from shared.jobs_repo.jobs import _add_job, _cancel
-from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import Job, JobMetric, JobStatus, Sweep, utcnow
-from shared.quotas import QuotaDefaults, check_queued
-from shared.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT
+from shared.jobspec.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT
+from shared.queue.quotas import QuotaDefaults, check_queued
 
 
 @dataclass(frozen=True)

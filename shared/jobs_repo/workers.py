@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.models import ACTIVE_STATUSES, Job, Worker, WorkerState, utcnow
+from shared.core.db import read, write
+from shared.core.tables import ACTIVE_STATUSES, Job, Worker, WorkerState, utcnow
 
 # A worker that has not heartbeated for this long is gone from GET /v1/workers (and its row deleted).
 WORKER_RETENTION_S = 24 * 3600.0

@@ -1,6 +1,6 @@
 """A search's specs: the base spec and space checked together, the objective resolved against the
 task's metrics, and each trial's job spec resolved exactly as POST /v1/jobs resolves a job's
-(shared.job_checks.check_job_spec, through the sweeps' `resolve_sweep`, so that a trial is refused
+(shared.submission.job_checks.check_job_spec, through the sweeps' `resolve_sweep`, so that a trial is refused
 or warned about as a sweep's job would be)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from shared.config import Settings
-from shared.data_scope import DataScope
-from shared.errors import InvalidRequest, Problem
+from shared.core.config import Settings
+from shared.core.errors import InvalidRequest, Problem
 from shared.jobs_repo import SweepJob
-from shared.metric_rules import greater_is_better, possible_metrics, task_plan
+from shared.jobspec.data_scope import DataScope
+from shared.jobspec.metric_rules import greater_is_better, possible_metrics, task_plan
+from shared.jobspec.spec import JobSpec
+from shared.research.sweeps import resolve_sweep
 from shared.searches.config import Categorical, FloatRange, IntRange, Objective, Parameter
-from shared.spec import JobSpec
-from shared.sweeps import resolve_sweep
 
 # Fields a space may not search: where the data and the model come from (they are checked against
 # the caller's folders once, with the base spec), and the seed (the search draws it once for all).

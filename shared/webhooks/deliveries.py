@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, utcnow
+from shared.core.db import read, write
+from shared.core.tables import DeliveryStatus, WebhookDelivery, WebhookEndpoint, utcnow
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shared.db import read, write
-from shared.errors import Conflict, NotFound
-from shared.jobs_repo.owned import _newest_first, _owned
-from shared.models import WebhookDelivery, WebhookEndpoint, utcnow
+from shared.core.db import read, write
+from shared.core.errors import Conflict, NotFound
+from shared.core.ownership import _newest_first, _owned
+from shared.core.tables import WebhookDelivery, WebhookEndpoint, utcnow
 from shared.webhooks.events import TEST_EVENT, enqueue_event
 from shared.webhooks.signing import new_secret
 

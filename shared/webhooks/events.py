@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from shared.models import (
+from shared.core.tables import (
     TERMINAL_STATUSES,
     Job,
     JobStatus,
@@ -24,7 +24,7 @@ from shared.models import (
     WebhookEndpoint,
     utcnow,
 )
-from shared.sweep_stats import sweep_status
+from shared.research.sweep_stats import sweep_status
 
 JOB_SUCCEEDED = "job.succeeded"
 JOB_FAILED = "job.failed"

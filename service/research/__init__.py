@@ -1,0 +1,3 @@
+"""Read-only research views of the API: the leaderboard, its majority-class baselines, and whether a rerun
+reproduced its original.
+"""

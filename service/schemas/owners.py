@@ -1,0 +1,55 @@
+"""Bodies of /v1/owners: what each owner holds and may hold, and the admins' change of it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+
+from shared.core.owners import OWNER_NAME_SCHEMA, valid_owner_name
+
+# Every route that takes an owner's name takes it through these (shared/core/owners.valid_owner_name).
+OwnerName = Annotated[str, AfterValidator(valid_owner_name), WithJsonSchema(OWNER_NAME_SCHEMA)]
+
+
+class OwnerQuota(BaseModel):
+    max_devices: int | None = Field(description="Devices held at once (null: no limit)")
+    max_queued: int | None = Field(description="Queued jobs (null: no limit)")
+    max_device_hours_per_day: float | None = Field(
+        description="Device-hours in any 24 hours (null: no limit)"
+    )
+
+
+class OwnerQuotaSource(BaseModel):
+    max_devices: str = Field(description='"owner" (set by an admin) or "default" (the configuration)')
+    max_queued: str
+    max_device_hours_per_day: str
+
+
+class OwnerPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    share: float = Field(description="Fair share's weight (default 1)")
+    running_jobs: int
+    devices_in_use: int = Field(description="The sum of num_processes of its running jobs")
+    queued_jobs: int
+    device_hours_24h: float = Field(description="Device-hours its jobs used in the last 24 hours")
+    quota: OwnerQuota = Field(description="The effective limits, defaults applied")
+    quota_source: OwnerQuotaSource
+
+
+class OwnersPublic(BaseModel):
+    data: list[OwnerPublic]
+
+
+class OwnerUpdate(BaseModel):
+    """Fields to change; a field given as null goes back to the default (share: 1); one left out
+    stays as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: float | None = Field(default=None, gt=0, le=1000, description="Fair share's weight")
+    max_devices: int | None = Field(default=None, ge=0, le=100_000)
+    max_queued: int | None = Field(default=None, ge=0, le=10_000_000)
+    max_device_hours_per_day: float | None = Field(default=None, ge=0, le=1e9)

@@ -1,0 +1,92 @@
+"""Bring a database to this release's schema; run by `gluejobs migrate`, and by `gluejobs serve` and
+`gluejobs worker` on start-up (unless --no-migrate).
+
+Several processes may start at once (an API and its workers), so the upgrade runs under a lock:
+a Postgres advisory lock, or a lock file beside the SQLite database. A schema newer than this release
+knows is left alone: whether this release may work on it is shared/core/release.py's question.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from sqlalchemy import Connection, make_url, text
+
+from shared.core import release
+from shared.core.db import Database
+from shared.core.release import alembic_config, migrations_dir
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["alembic_config", "migrations_dir", "upgrade"]
+
+# An arbitrary constant that names gluejobs' migration lock among Postgres advisory locks.
+PG_MIGRATION_LOCK_ID = 0x6A0B5
+
+
+def upgrade(db: Database, revision: str = "head") -> None:
+    """Migrate to `revision` (default: this release's head) and record which releases may work on the
+    schema; raises release.ReleaseMismatch when this release does not fit the database afterwards."""
+    config = alembic_config()
+    head = release.schema_head()
+    target = head if revision == "head" else revision
+    with _migration_lock(db), db.engine.begin() as connection:
+        if db.dialect == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID})
+        current = release.current_revision(connection)
+        if current is not None and current not in release.known_revisions(head):
+            release.check(connection)  # a newer schema: it says whether this release may go on
+            return
+        config.attributes["connection"] = connection
+        command.upgrade(config, target)
+        if target == head:
+            release.record(connection, head)
+            release.check(connection)
+
+
+def is_up_to_date(connection: Connection) -> bool:
+    return release.current_revision(connection) == release.schema_head()
+
+
+def is_migrating(db: Database) -> bool:
+    """Whether another process holds the migration lock now (it is upgrading the schema)."""
+    database = make_url(db.url).database
+    if db.dialect == "postgresql":
+        with db.engine.connect() as connection:
+            held = connection.execute(
+                text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID}
+            ).scalar()
+            connection.rollback()
+        return not held
+    if db.dialect != "sqlite" or not database or database == ":memory:":
+        return False
+    lock_path = Path(database + ".migrate.lock")
+    if not lock_path.exists():
+        return False
+    with lock_path.open("a") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock_file, fcntl.LOCK_UN)
+        return False
+
+
+@contextmanager
+def _migration_lock(db: Database) -> Iterator[None]:
+    database = make_url(db.url).database
+    if db.dialect != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    lock_path = Path(database + ".migrate.lock")
+    with lock_path.open("w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)

@@ -1,0 +1,151 @@
+"""Which release of gluejobs may work on a database, so that a fleet mid-upgrade fails safe.
+
+The database says two things: its schema revision (Alembic's alembic_version) and, in the one row of
+`gluejobs_release`, the oldest release whose API and workers may work on that schema (written by
+`gluejobs migrate`, from the migrating release's OLDEST_FITTING_RELEASE). A process fits when
+
+- the schema is this release's head (older: it needs `gluejobs migrate`), or a newer one whose row
+  admits this release (a later release whose migrations are additive says so, and older workers go on);
+- and this release is not older than the row's oldest fitting release.
+
+An API that does not fit refuses to serve and a worker refuses to claim, each with one line that says
+which release or which migration is needed (`ReleaseMismatch`). docs/upgrading.md tells the order.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, insert, inspect, text, update
+
+from shared.core.tables import ReleaseRecord, utcnow
+
+# The release of this code base: the distributions' version (pyproject.toml, server/pyproject.toml).
+RELEASE = "0.2.0"
+# The oldest release whose API and workers may work on this release's newest schema. 0.2.0: jobs may
+# name models kept in the store, which the workers of 0.1.0 cannot fetch; 0.1.0 predates these checks,
+# so its workers are stopped before the migration (docs/upgrading.md).
+OLDEST_FITTING_RELEASE = "0.2.0"
+
+TABLE = "gluejobs_release"
+
+
+class ReleaseMismatch(RuntimeError):
+    """This release does not fit the database; the message is the one line an operator reads."""
+
+
+# The repository keeps its migrations in the top-level alembic/ folder; the gluejobs-server wheel
+# carries them as shared/migrations (a top-level `alembic` folder would shadow the alembic package).
+MIGRATION_DIRS = (
+    Path(__file__).resolve().parent / "migrations",
+    Path(__file__).resolve().parent.parent / "alembic",
+)
+
+
+def migrations_dir() -> Path:
+    for folder in MIGRATION_DIRS:
+        if (folder / "env.py").is_file():
+            return folder
+    raise RuntimeError(
+        f"gluejobs-server's migrations are missing (looked in {', '.join(map(str, MIGRATION_DIRS))}): "
+        "reinstall gluejobs-server"
+    )
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    return config
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """ "0.10.2" → (0, 10, 2): releases compare by their numbers (pre-release tags are ignored)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+@cache
+def schema_head() -> str:
+    """The newest schema revision this release's migrations know."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+@cache
+def known_revisions(head: str) -> frozenset[str]:
+    """The revisions from the first migration up to `head`: the schemas this release has met."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(revision.revision for revision in script.iterate_revisions(head, "base"))
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def oldest_fitting(connection: Connection) -> str | None:
+    """The oldest release the database admits, or None when no release has written it (a schema
+    migrated by 0.1.0, which predates the row)."""
+    if not inspect(connection).has_table(TABLE):
+        return None
+    value = connection.execute(text(f"SELECT min_release FROM {TABLE} WHERE id = 1")).scalar()
+    return str(value) if value is not None else None
+
+
+def misfit(connection: Connection, release: str | None = None, head: str | None = None) -> str | None:
+    """Why this release (default RELEASE, with its schema head) must not work on the database, as
+    one line, or None when it fits."""
+    release = release or RELEASE
+    head = head or schema_head()
+    current = current_revision(connection)
+    if current is None:
+        return f"the database has no gluejobs schema yet: run `gluejobs migrate` (gluejobs {release})"
+    oldest = oldest_fitting(connection)
+    if current not in known_revisions(head):
+        if oldest is None:
+            return (
+                f"the database's schema {current} is newer than gluejobs {release} knows (its newest is "
+                f"{head}): install the release that migrated it"
+            )
+        if version_key(release) < version_key(oldest):
+            return _too_old(release, oldest, current)
+        return None  # a newer, additive schema that admits this release
+    if current != head:
+        return (
+            f"gluejobs {release} needs the database schema at {head}, and it is at {current}: "
+            f"run `gluejobs migrate` with gluejobs {release}"
+        )
+    if oldest is not None and version_key(release) < version_key(oldest):
+        return _too_old(release, oldest, current)
+    return None
+
+
+def _too_old(release: str, oldest: str, current: str) -> str:
+    return (
+        f"the database (schema {current}) needs gluejobs {oldest} or newer, and this is gluejobs {release}: "
+        f"upgrade it (pip install -U gluejobs-server=={oldest} or newer)"
+    )
+
+
+def check(connection: Connection) -> None:
+    """Raise ReleaseMismatch unless this release fits the database."""
+    reason = misfit(connection)
+    if reason is not None:
+        raise ReleaseMismatch(reason)
+
+
+def record(connection: Connection, head: str) -> None:
+    """Written by `gluejobs migrate` once the schema is at this release's head: the oldest release that
+    may work on it (never lowered: a newer release's word stands), and which release migrated it."""
+    if not inspect(connection).has_table(TABLE):
+        return  # a schema before the table (a test's previous head)
+    oldest = max(
+        OLDEST_FITTING_RELEASE, oldest_fitting(connection) or OLDEST_FITTING_RELEASE, key=version_key
+    )
+    values = {"schema_revision": head, "min_release": oldest, "migrated_by": RELEASE, "migrated_at": utcnow()}
+    if not connection.execute(update(ReleaseRecord).where(ReleaseRecord.id == 1).values(**values)).rowcount:
+        connection.execute(insert(ReleaseRecord).values(id=1, **values))

@@ -1,0 +1,136 @@
+"""What a data file holds that will train, but probably not as meant: the warnings an upload, a dry
+run and a job carry (shared.core.errors.Problem, codes below).
+
+- `label_near_duplicate`: two labels that differ only in case or spaces, or are near-identical
+  spellings (`postive` beside `positive`: difflib's ratio at least NEAR_DUPLICATE_RATIO). Each trains
+  as a class of its own.
+- `rare_class`: a class with fewer than RARE_CLASS_FRACTION of the labelled rows, or fewer than
+  RARE_CLASS_ROWS rows in a file of at least RARE_CLASS_MIN_FILE_ROWS labelled rows.
+- `label_imbalance`: the largest class over the smallest (rare classes left out: they have their
+  own warning) above IMBALANCE_RATIO.
+- `long_rows`: rows with more words than max_length has tokens. A word is at least one token, so
+  each such row is truncated: the count is a lower bound, and costs one split per row (no tokenizer;
+  a dry run measures a sample with the model's own tokenizer).
+
+Pure functions of counts, so the upload's stored checks give the same warnings whenever they are
+read (GET /v1/files/{id} shows what POST answered).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+import pandas as pd
+
+from shared.core.errors import Problem
+
+NEAR_DUPLICATE_RATIO = 0.85  # "postive"/"positive" 0.93; "entailment"/"not_entailment" 0.83 stay apart
+RARE_CLASS_FRACTION = 0.01
+RARE_CLASS_ROWS = 5
+RARE_CLASS_MIN_FILE_ROWS = 50
+IMBALANCE_RATIO = 10.0
+# The job spec's default max_length (shared/jobspec/spec.py), which an upload's rows are measured against.
+DEFAULT_MAX_LENGTH = 128
+# [CLS] and [SEP] (two [SEP] for a pair): tokens a row has besides its words' (BERT's count; others
+# add as many or fewer, so the bound holds).
+SPECIAL_TOKENS = {1: 2, 2: 3}
+MAX_LABEL_WARNINGS = 20  # a file with 10,000 classes does not get 10,000 warnings
+
+
+def label_warnings(counts: Mapping[str, int], field: str) -> list[Problem]:
+    """Near-duplicate labels, rare classes and imbalance in a classification file's label tally."""
+    return [*near_duplicates(counts, field), *class_warnings(counts, field)][:MAX_LABEL_WARNINGS]
+
+
+def class_warnings(counts: Mapping[str, int], field: str) -> list[Problem]:
+    """Rare classes and imbalance in a label tally."""
+    warnings: list[Problem] = []
+    total = sum(counts.values())
+    if total == 0 or len(counts) < 2:
+        return warnings
+    rare = {name: n for name, n in counts.items() if n > 0 and is_rare(n, total)}
+    for name, n in sorted(rare.items(), key=lambda item: item[1]):
+        warnings.append(
+            Problem(
+                field,
+                "rare_class",
+                f"label {name!r} has {n} of {total} rows ({n / total:.1%}); a class this rare is hardly "
+                "learned (and may be a mistake)",
+            )
+        )
+    common = {name: n for name, n in counts.items() if n > 0 and name not in rare}
+    if len(common) >= 2:
+        largest = max(common, key=lambda name: common[name])
+        smallest = min(common, key=lambda name: common[name])
+        ratio = common[largest] / common[smallest]
+        if ratio > IMBALANCE_RATIO:
+            warnings.append(
+                Problem(
+                    field,
+                    "label_imbalance",
+                    f"labels are imbalanced: {largest!r} has {common[largest]} rows, {smallest!r} "
+                    f"{common[smallest]} ({ratio:.1f} to 1, over {IMBALANCE_RATIO:g}); accuracy rewards "
+                    "predicting the majority",
+                )
+            )
+    return warnings[:MAX_LABEL_WARNINGS]
+
+
+def is_rare(rows: int, total: int) -> bool:
+    if rows < RARE_CLASS_FRACTION * total:
+        return True
+    return total >= RARE_CLASS_MIN_FILE_ROWS and rows < RARE_CLASS_ROWS
+
+
+def near_duplicates(counts: Mapping[str, int], field: str) -> list[Problem]:
+    """Pairs of labels that are one class spelled two ways, the rarer named first. Numbers (ids,
+    scores) are never compared: 1 and 11 are different classes."""
+    names = [name for name in counts if not _is_number(name)][: MAX_LABEL_WARNINGS * 10]
+    warnings = []
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            same = " ".join(first.split()).casefold() == " ".join(second.split()).casefold()
+            near = difflib.SequenceMatcher(None, first.casefold(), second.casefold()).ratio()
+            if same or near >= NEAR_DUPLICATE_RATIO:
+                rarer, other = sorted((first, second), key=lambda name: (counts[name], name))
+                how = "differs only in case or spaces from" if same else "looks like a misspelling of"
+                warnings.append(
+                    Problem(
+                        field,
+                        "label_near_duplicate",
+                        f"label {rarer!r} ({counts[rarer]} rows) {how} {other!r} ({counts[other]} rows); "
+                        "each trains as a class of its own: fix the file if they are one",
+                    )
+                )
+    return warnings
+
+
+def word_counts(texts: pd.DataFrame) -> pd.Series:
+    """Whitespace-separated words per row over the text columns, plus the special tokens a row
+    gets: a lower bound on its tokens."""
+    words = pd.Series(0, index=texts.index, dtype="int64")
+    for name in texts.columns:
+        # str.split in a comprehension: twice as fast as pandas' str.count(regex), three times str.split
+        counted = [len(text.split()) for text in texts[name].astype(str).tolist()]
+        words = words + pd.Series(counted, index=texts.index, dtype="int64")
+    return words + SPECIAL_TOKENS.get(len(texts.columns), 3)
+
+
+def long_rows_warning(rows: int, total: int, max_length: int, field: str) -> Problem | None:
+    if rows == 0:
+        return None
+    return Problem(
+        field,
+        "long_rows",
+        f"at least {rows} of {total} rows have more words than max_length {max_length} has tokens: they "
+        "will be truncated (raise max_length, or shorten them)",
+    )
+
+
+def _is_number(name: str) -> bool:
+    try:
+        float(name)
+    except ValueError:
+        return False
+    return True

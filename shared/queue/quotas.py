@@ -1,0 +1,156 @@
+"""Per-owner quotas: devices held at once, jobs queued, device-hours in the last 24 hours.
+
+An owner's row (shared/core/tables.Owner) holds its own limits; a None column means the configured default
+(GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit. The claim (shared/queue/fair_share.py) skips an
+owner's jobs that would exceed the devices or device-hours quota; a submission, sweep or rerun that
+would exceed the queued quota is refused with 429 (`check_queued`, inside the creating transaction).
+Jobs without an owner (auth off) have no quota: there is no one to share with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from shared.core.config import Settings
+from shared.core.errors import OverQuota
+from shared.core.owners import ensure_owner
+from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, utcnow
+
+QUOTA_FIELDS = ("max_devices", "max_queued", "max_device_hours_per_day")
+DAY = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class QuotaDefaults:
+    """The configured defaults for an owner whose row sets no limit (None: no limit)."""
+
+    max_devices: int | None = None
+    max_queued: int | None = None
+    max_device_hours_per_day: float | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> QuotaDefaults:
+        return cls(
+            max_devices=settings.default_max_devices,
+            max_queued=settings.default_max_queued,
+            max_device_hours_per_day=settings.default_max_device_hours_per_day,
+        )
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An owner's effective limits, and where each comes from ("owner" or "default")."""
+
+    limits: dict[str, Any]
+    source: dict[str, str]
+
+
+def effective_quota(owner: Owner | None, defaults: QuotaDefaults) -> Quota:
+    limits: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for name in QUOTA_FIELDS:
+        own = getattr(owner, name) if owner is not None else None
+        limits[name] = own if own is not None else getattr(defaults, name)
+        source[name] = "owner" if own is not None else "default"
+    return Quota(limits, source)
+
+
+def devices_held(session: Session, owners: Collection[str] | None = None) -> dict[str, int]:
+    """Devices each owner's running jobs hold (the sum of their num_processes)."""
+    query = (
+        select(Job.owner, func.sum(Job.num_processes))
+        .where(Job.status.in_(ACTIVE_STATUSES), Job.owner.is_not(None))
+        .group_by(Job.owner)
+    )
+    if owners is not None:
+        query = query.where(Job.owner.in_(list(owners)))
+    return {owner: int(total or 0) for owner, total in session.execute(query) if owner is not None}
+
+
+def device_hours_24h(
+    session: Session, owners: Collection[str] | None = None, *, now: datetime | None = None
+) -> dict[str, float]:
+    """Device-hours each owner used in the last 24 hours: num_processes × the part of each job's
+    run (started_at to finished_at, or now while it runs) inside the window. Computed here rather
+    than in SQL because interval arithmetic differs between SQLite and Postgres."""
+    now = now or utcnow()
+    since = now - DAY
+    query = select(Job.owner, Job.num_processes, Job.started_at, Job.finished_at).where(
+        Job.owner.is_not(None),
+        Job.started_at.is_not(None),
+        or_(Job.finished_at.is_(None), Job.finished_at > since),
+        or_(Job.finished_at.is_not(None), Job.status.in_(ACTIVE_STATUSES)),
+    )
+    if owners is not None:
+        query = query.where(Job.owner.in_(list(owners)))
+    used: dict[str, float] = {}
+    for owner, processes, started, finished in session.execute(query):
+        if started is None or owner is None:
+            continue
+        start, end = max(started, since), min(finished or now, now)
+        if end > start:
+            used[owner] = used.get(owner, 0.0) + processes * (end - start).total_seconds() / 3600
+    return used
+
+
+def owners_over_hours(
+    session: Session,
+    defaults: QuotaDefaults,
+    *,
+    now: datetime | None = None,
+    rows: Iterable[Owner] | None = None,
+) -> list[str]:
+    """Owners at or over their device-hours quota (the claim skips them). Without any such limit
+    (no default, no owner's own) this is one read of the owners table (`rows`, when the caller has
+    read them) and nothing more."""
+    limited = {
+        owner.name: owner.max_device_hours_per_day
+        for owner in (rows if rows is not None else session.scalars(select(Owner)))
+        if owner.max_device_hours_per_day is not None
+    }
+    if defaults.max_device_hours_per_day is None and not limited:
+        return []
+    owners = None if defaults.max_device_hours_per_day is not None else list(limited)
+    used = device_hours_24h(session, owners, now=now)
+    over = []
+    for owner, hours in used.items():
+        limit = limited.get(owner, defaults.max_device_hours_per_day)
+        if limit is not None and hours >= limit:
+            over.append(owner)
+    return sorted(over)
+
+
+def check_queued(session: Session, *, owner: str | None, adding: int, defaults: QuotaDefaults) -> None:
+    """OverQuota when `adding` more queued jobs would take the owner past its max_queued. Called inside
+    the creating write transaction: the owner's row is locked first (Postgres), so two concurrent
+    submissions of one owner count one after the other."""
+    if owner is None:
+        return
+    ensure_owner(session.connection(), owner)
+    row = session.scalars(select(Owner).where(Owner.name == owner).with_for_update()).one()
+    limit = effective_quota(row, defaults).limits["max_queued"]
+    if limit is None:
+        return
+    queued = session.scalar(
+        select(func.count()).select_from(Job).where(Job.owner == owner, Job.status == JobStatus.queued)
+    )
+    if int(queued or 0) + adding > limit:
+        jobs = "job" if adding == 1 else f"{adding} jobs"
+        raise OverQuota(
+            f"{owner} has {queued} queued job(s); max_queued is {limit}, so {jobs} more would exceed "
+            "it: wait for some to start, or ask an admin to raise the quota",
+            retry_after_s=60,
+        )
+
+
+def owner_rows(session: Session, names: Iterable[str]) -> dict[str, Owner]:
+    names = list(names)
+    if not names:
+        return {}
+    return {o.name: o for o in session.scalars(select(Owner).where(Owner.name.in_(names)))}

@@ -1,0 +1,151 @@
+"""Why a queued job waits: `waiting_for` on every job the API shows.
+
+None unless the job is queued and held back; else a reason and a sentence:
+- retry_backoff: a retried job is not claimed before its not_before;
+- quota: its owner holds max_devices (with this job, more), or used max_device_hours_per_day;
+- reservation: it has reserved a worker and waits for that worker's devices to free up, or it
+  would fit only on a worker that another job has reserved;
+- devices: it needs more devices than any worker has (or has free), or no worker is running.
+A job merely behind others in the queue waits for nothing in particular: None.
+
+Computed for a whole page at once, in a fixed number of queries (owners' holdings and rows, workers
+and what they run, reservations), never per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from shared.core.db import read
+from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Worker, utcnow
+from shared.jobs_repo.reservations import LIVE_STATES
+from shared.queue.fair_share import ClaimPolicy
+from shared.queue.quotas import device_hours_24h, devices_held, effective_quota, owner_rows
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the page's queued jobs wait on: live workers' total and free devices, reservations,
+    owners' holdings, rows and device-hours."""
+
+    total: dict[str, int]
+    free: dict[str, int]
+    reserved: dict[str, int]  # worker id → the job that reserved it
+    held: dict[str, int]
+    hours: dict[str, float]
+    owners: dict[str, Any]
+
+
+def waiting_for(
+    session: Session, jobs: Sequence[Job], policy: ClaimPolicy, *, now: datetime | None = None
+) -> dict[int, dict[str, str]]:
+    """job id → {"reason", "message"} for the queued jobs of `jobs` that are held back."""
+    queued = [job for job in jobs if job.status == JobStatus.queued]
+    if not queued:
+        return {}
+    now = now or utcnow()
+    fleet = _fleet(session, {job.owner for job in queued if job.owner}, policy, now)
+    reasons = {}
+    for job in queued:
+        reason = _reason(job, fleet, policy, now)
+        if reason is not None:
+            reasons[job.id] = {"reason": reason[0], "message": reason[1]}
+    return reasons
+
+
+def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetime) -> Fleet:
+    alive = now - timedelta(seconds=policy.lease_s)
+    with read(session):
+        workers = session.execute(
+            select(Worker.id, Worker.devices).where(
+                Worker.state.in_(LIVE_STATES), Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= alive
+            )
+        ).all()
+        ids = [worker_id for worker_id, _ in workers]
+        busy = dict(
+            session.execute(
+                select(Job.worker_id, func.sum(Job.num_processes))
+                .where(Job.status.in_(ACTIVE_STATUSES), Job.worker_id.in_(ids))
+                .group_by(Job.worker_id)
+            ).all()
+        )
+        reserved = dict(
+            session.execute(
+                select(Job.reserved_by, Job.id).where(
+                    Job.status == JobStatus.queued, Job.reserved_by.in_(ids)
+                )
+            ).all()
+        )
+        rows = owner_rows(session, owners)
+        limited = policy.quotas.max_device_hours_per_day is not None or any(
+            row.max_device_hours_per_day is not None for row in rows.values()
+        )
+        fleet = Fleet(
+            total={worker_id: len(devices or []) for worker_id, devices in workers},
+            free={
+                worker_id: len(devices or []) - int(busy.get(worker_id) or 0)
+                for worker_id, devices in workers
+            },
+            reserved={str(worker): int(job) for worker, job in reserved.items()},
+            held=devices_held(session, owners),
+            hours=device_hours_24h(session, owners, now=now) if limited else {},
+            owners=rows,
+        )
+    return fleet
+
+
+def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple[str, str] | None:
+    if job.not_before is not None and job.not_before > now:
+        when = job.not_before.strftime("%H:%M:%S")
+        return "retry_backoff", f"retries at {when} UTC (backoff after attempt {job.attempts})"
+    quota = _quota_reason(job, fleet, policy)
+    if quota is not None:
+        return "quota", quota
+    need = job.num_processes
+    mine = next((worker for worker, job_id in fleet.reserved.items() if job_id == job.id), None)
+    if mine is not None:
+        return "reservation", f"reserved worker {mine}; starts there once {need} of its devices are free"
+    if not fleet.total:
+        return "devices", f"needs {_devices(need)}; no worker is running"
+    if max(fleet.total.values()) < need:
+        return "devices", f"needs {_devices(need)}; no worker has that many"
+    open_free = [free for worker, free in fleet.free.items() if worker not in fleet.reserved]
+    if max(open_free, default=0) >= need:
+        return None
+    held_back = [w for w, free in fleet.free.items() if w in fleet.reserved and free >= need]
+    if held_back:
+        return (
+            "reservation",
+            f"waits for worker {held_back[0]} reserved by job {fleet.reserved[held_back[0]]}",
+        )
+    if need > 1:
+        return "devices", f"needs {_devices(need)}; no worker has that many free"
+    return None
+
+
+def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> str | None:
+    if job.owner is None:
+        return None
+    limits = effective_quota(fleet.owners.get(job.owner), policy.quotas).limits
+    held = fleet.held.get(job.owner, 0)
+    cap = limits["max_devices"]
+    if cap is not None and held + job.num_processes > cap:
+        return f"{job.owner} holds {held} of {cap} devices (max_devices)"
+    hours_cap = limits["max_device_hours_per_day"]
+    used = fleet.hours.get(job.owner, 0.0)
+    if hours_cap is not None and used >= hours_cap:
+        return (
+            f"{job.owner} used {used:.1f} of {hours_cap:g} device-hours in the last 24 h "
+            "(max_device_hours_per_day)"
+        )
+    return None
+
+
+def _devices(count: int) -> str:
+    return f"{count} device" if count == 1 else f"{count} devices"

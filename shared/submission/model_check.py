@@ -1,0 +1,187 @@
+"""Whether a job's model exists, checked when the job is submitted rather than when a worker loads it.
+
+A name is a folder under GLUEJOBS_MODELS_DIR or a Hub id (shared.jobspec.spec.locate_model, the workers' own
+rule). A folder must exist. A Hub id is looked for where a worker would find it without the network
+— the Hub cache (HF_HUB_CACHE, which the API and the workers share as they share the models folder)
+— and, when it is not there, on the Hub itself (HF_ENDPOINT), for at most GLUEJOBS_HUB_CHECK_TIMEOUT_S.
+A name the Hub does not have is refused with the near matches among the local folders and the cached
+ids ("did you mean"); an API that cannot ask the Hub (offline, HF_HUB_OFFLINE=1, a timeout of 0)
+accepts the job with a warning that says it could not check, and the same near matches.
+
+The Hub's answers are remembered for a few minutes, and an unreachable Hub for a minute, so the
+hundred combinations of a sweep ask once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from shared.core.config import Settings
+from shared.core.errors import InvalidSpec
+from shared.jobspec.registered_models import is_registered
+from shared.jobspec.spec import locate_model
+from shared.jobspec.suggest import did_you_mean
+
+FIELD = "model_name_or_path"
+# A models folder is listed this deep (`name` and `org/name`), at most this many entries, for the
+# near matches of a mistyped name.
+MAX_LISTED_MODELS = 2000
+FOUND_TTL_S = 600.0
+MISSING_TTL_S = 60.0
+UNREACHABLE_TTL_S = 60.0
+_TRUE = ("1", "true", "yes", "on")
+
+FOUND, MISSING, UNKNOWN = "found", "missing", "unknown"
+
+
+def check_model(model_name: str, settings: Settings, warnings: list[str]) -> None:
+    """Refuse (InvalidSpec) a model that does not exist; append to `warnings` when it could not be
+    checked. `model_name` is the spec's name as it will be stored; a registered model (`model:NAME`)
+    was found when the spec's names were resolved (shared.jobspec.spec.check_paths)."""
+    if is_registered(model_name):
+        return
+    source = locate_model(model_name, settings.models_dir)
+    if isinstance(source, Path):
+        if not settings.check_data_on_submit:
+            warnings.append(
+                f"{FIELD}: the folder {model_name!r} was not checked (GLUEJOBS_CHECK_DATA_ON_SUBMIT is off)"
+            )
+        elif not source.is_dir():
+            hint = did_you_mean(model_name, local_models(settings.models_dir))
+            raise InvalidSpec(f"no model folder {model_name!r} in GLUEJOBS_MODELS_DIR{hint}", field=FIELD)
+        return
+    if in_hub_cache(model_name):
+        return
+    answer, reason = hub_lookup(model_name, settings.hub_check_timeout_s)
+    if answer == FOUND:
+        return
+    hint = did_you_mean(model_name, [*local_models(settings.models_dir), *cached_hub_ids()])
+    where = "neither a folder in GLUEJOBS_MODELS_DIR nor in the Hub cache"
+    if answer == MISSING:
+        raise InvalidSpec(f"{model_name!r} is {where}, and the Hub has no such model{hint}", field=FIELD)
+    warnings.append(
+        f"{FIELD}: could not check {model_name!r}: it is {where}, and {reason}; a worker will try to "
+        f"download it{hint}"
+    )
+
+
+def local_models(models_dir: Path) -> list[str]:
+    """The model folders under GLUEJOBS_MODELS_DIR, as a spec names them (`name`, `org/name`)."""
+    names: list[str] = []
+    try:
+        with os.scandir(models_dir) as top:
+            for entry in top:
+                if len(names) >= MAX_LISTED_MODELS:
+                    break
+                if not entry.is_dir() or entry.name.startswith("."):
+                    continue
+                if (Path(entry.path) / "config.json").is_file():
+                    names.append(entry.name)
+                    continue
+                with os.scandir(entry.path) as inner:  # an organisation's folder: org/name
+                    names += [f"{entry.name}/{sub.name}" for sub in inner if sub.is_dir()]
+    except OSError:
+        return names
+    return names
+
+
+def hub_cache_dir() -> Path:
+    """The Hub cache the workers read models from: HF_HUB_CACHE, else HF_HOME/hub (huggingface_hub's
+    own default otherwise)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hub cache holds a snapshot of `repo_id` with its config (what a worker offline
+    loads it from)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir())
+    return isinstance(found, str)
+
+
+def cached_hub_ids() -> list[str]:
+    """The model ids in the Hub cache (its `models--org--name` folders)."""
+    try:
+        with os.scandir(hub_cache_dir()) as entries:
+            return [
+                entry.name.removeprefix("models--").replace("--", "/")
+                for entry in entries
+                if entry.name.startswith("models--")
+            ][:MAX_LISTED_MODELS]
+    except OSError:
+        return []
+
+
+class _Answers:
+    """The Hub's recent answers per model id, and whether it was found unreachable lately."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[str, str], tuple[float, str, str]] = {}
+        self._unreachable: dict[str, tuple[float, str]] = {}
+
+    def get(self, endpoint: str, repo_id: str) -> tuple[str, str] | None:
+        now = time.monotonic()
+        with self._lock:
+            down = self._unreachable.get(endpoint)
+            if down is not None and down[0] > now:
+                return UNKNOWN, down[1]
+            cached = self._answers.get((endpoint, repo_id))
+            if cached is not None and cached[0] > now:
+                return cached[1], cached[2]
+        return None
+
+    def put(self, endpoint: str, repo_id: str, answer: str, reason: str, *, reachable: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not reachable:
+                self._unreachable[endpoint] = (now + UNREACHABLE_TTL_S, reason)
+                return
+            ttl = FOUND_TTL_S if answer == FOUND else MISSING_TTL_S
+            self._answers[(endpoint, repo_id)] = (now + ttl, answer, reason)
+
+
+_answers = _Answers()
+
+
+def hub_lookup(repo_id: str, timeout_s: float) -> tuple[str, str]:
+    """(FOUND | MISSING | UNKNOWN, why it is unknown) for a model id, from the Hub's model API."""
+    if timeout_s <= 0:
+        return UNKNOWN, "the API does not ask the Hub (GLUEJOBS_HUB_CHECK_TIMEOUT_S is 0)"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
+        return UNKNOWN, "the API is offline (HF_HUB_OFFLINE)"
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    cached = _answers.get(endpoint, repo_id)
+    if cached is not None:
+        return cached
+    token = os.environ.get("HF_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(f"{endpoint}/api/models/{repo_id}", headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        reason = f"the Hub ({endpoint}) could not be reached from the API ({type(exc).__name__})"
+        _answers.put(endpoint, repo_id, UNKNOWN, reason, reachable=False)
+        return UNKNOWN, reason
+    # The Hub answers 401 (not 404) for a repository that does not exist when asked without a token,
+    # and says which it is in X-Error-Code; a gated model exists.
+    code = response.headers.get("x-error-code", "")
+    if response.status_code == 200 or code == "GatedRepo":
+        answer, reason = FOUND, ""
+    elif response.status_code == 404 or code == "RepoNotFound":
+        answer, reason = MISSING, ""
+    else:
+        answer, reason = UNKNOWN, f"the Hub answered {response.status_code}"
+    _answers.put(endpoint, repo_id, answer, reason, reachable=True)
+    return answer, reason
