@@ -28,35 +28,45 @@ SKIPPED = {"__pycache__"}
 SHARED_IMPORT = re.compile(r"^(\s*)(from|import) shared(\.| import )", re.MULTILINE)
 
 
-def shared_imports(source: str, *, module_level_only: bool) -> set[str]:
-    """The shared modules `source` imports ("shared.jobspec.spec"), at module level or anywhere."""
+def shared_imports(source: str, *, module_level_only: bool, root: Path) -> set[str]:
+    """The shared modules `source` imports ("shared.jobspec.spec"), at module level or anywhere.
+    `from shared.jobspec import suggest` imports the module shared.jobspec.suggest, where one exists."""
     tree = ast.parse(source)
     nodes = tree.body if module_level_only else list(ast.walk(tree))
     found: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "shared":
-                found |= {f"shared.{alias.name}" for alias in node.names}
-            elif node.module.startswith("shared."):
-                found.add(node.module)
+            if node.module == "shared" or node.module.startswith("shared."):
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    found.add(name if module_file(root, name).is_file() else node.module)
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("shared.")}
-    return found
+    return {name for name in found if name != "shared"}
+
+
+def module_file(root: Path, module: str) -> Path:
+    """shared.jobspec.spec -> shared/jobspec/spec.py; a package -> its __init__.py."""
+    path = root.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def client_closure(root: Path) -> set[str]:
-    """The shared modules the client's modules need, directly or through each other."""
+    """The shared modules the client's modules need, directly or through each other, and the
+    subpackages (shared.jobspec) they sit in."""
     wanted: set[str] = set()
     for path in (root / "gluejobs").rglob("*.py"):  # its subpackages (gluejobs/cli/) too
         if path.name not in SERVER_SIDE and "__pycache__" not in path.parts:
-            wanted |= shared_imports(path.read_text(), module_level_only=True)
+            wanted |= shared_imports(path.read_text(), module_level_only=True, root=root)
     closure: set[str] = set()
     while wanted:
         module = wanted.pop()
         if module not in closure:
             closure.add(module)
+            parts = module.split(".")
+            wanted |= {".".join(parts[:depth]) for depth in range(2, len(parts))}
             wanted |= shared_imports(
-                (root / f"{module.replace('.', '/')}.py").read_text(), module_level_only=False
+                module_file(root, module).read_text(), module_level_only=False, root=root
             )
     return closure
 
@@ -89,11 +99,10 @@ class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
             f"{private.as_posix()}/__init__.py"
         )
         for module in sorted(client_closure(root)):
-            name = module.removeprefix("shared.")
-            text = point_at_private_copy(
-                (root / "shared" / f"{name}.py").read_text(), module_level_only=False
-            )
-            include[str(self._write(private / f"{name}.py", text))] = f"{private.as_posix()}/{name}.py"
+            source = module_file(root, module)
+            target = private / source.relative_to(root / "shared")
+            text = point_at_private_copy(source.read_text(), module_level_only=False)
+            include[str(self._write(target, text))] = target.as_posix()
 
     def _write(self, relative: Path, text: str) -> Path:
         path = self._scratch / relative

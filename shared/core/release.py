@@ -41,9 +41,10 @@ class ReleaseMismatch(RuntimeError):
 
 # The repository keeps its migrations in the top-level alembic/ folder; the gluejobs-server wheel
 # carries them as shared/migrations (a top-level `alembic` folder would shadow the alembic package).
+# This module is shared/core/release.py: shared/ is two folders up, the repository three.
 MIGRATION_DIRS = (
-    Path(__file__).resolve().parent / "migrations",
-    Path(__file__).resolve().parent.parent / "alembic",
+    Path(__file__).resolve().parents[1] / "migrations",
+    Path(__file__).resolve().parents[2] / "alembic",
 )
 
 
