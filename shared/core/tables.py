@@ -252,6 +252,11 @@ class WorkerState(StrEnum):
     stopped = "stopped"  # said goodbye; "gone" (no heartbeat for a lease) is derived, never stored
 
 
+# A worker in these states takes work (if it was heard from within a lease): the claim's reservations
+# and the API's explanation of a waiting job count the same workers.
+LIVE_WORKER_STATES = (WorkerState.idle, WorkerState.busy)
+
+
 class Worker(Base):
     """A worker process. Its current jobs are the jobs whose worker_id is its id."""
 

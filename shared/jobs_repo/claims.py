@@ -52,7 +52,7 @@ def _fence(session: Session, claim: Claim, *, job_id: int | None = None) -> Job:
     return job
 
 
-def _current(
+def current_job(
     session: Session, claim: Claim, *, statuses: Collection[JobStatus] = ACTIVE_STATUSES
 ) -> Job | None:
     """The job, locked, when `claim` is its current one and it is in one of `statuses`; else None
@@ -65,7 +65,7 @@ def _locked(session: Session, job_id: int) -> Job | None:
     return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
 
 
-def _held_by(claim: Claim) -> tuple[Any, ...]:
+def held_by(claim: Claim) -> tuple[Any, ...]:
     """Claim.holds, as a WHERE clause."""
     return (
         Job.id == claim.job_id,

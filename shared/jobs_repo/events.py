@@ -18,7 +18,7 @@ LOG = "log"
 CHECKPOINT = "checkpoint"
 
 
-def _transition(
+def transition(
     session: Session,
     job: Job,
     to: JobStatus,

@@ -14,7 +14,7 @@ from shared.core.db import read, write
 from shared.core.errors import Conflict, NotFound
 from shared.core.ownership import _newest_first, _owned
 from shared.core.tables import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
-from shared.jobs_repo.events import _transition
+from shared.jobs_repo.events import transition
 from shared.jobs_repo.files import link_files
 from shared.jobs_repo.models import link_model
 from shared.queue.quotas import QuotaDefaults, check_queued
@@ -76,7 +76,7 @@ def _add_job(
     link_files(session, job=job, uploaded=spec.get("uploaded_files") or {})
     link_model(session, job=job, registered=spec.get("registered_model"))
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
-    _transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")))
+    transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")))
     return job
 
 
@@ -201,12 +201,12 @@ def _cancel(
     data = {**(_by(actor) or {}), **(data or {})} or None
     if job.status == JobStatus.queued:
         message = "job cancelled before it started"
-        _transition(
+        transition(
             session, job, JobStatus.cancelled, f"{message}: {why}" if why else message, now=now, data=data
         )
     elif job.status == JobStatus.running:
         message = "cancellation requested"
-        _transition(
+        transition(
             session, job, JobStatus.cancelling, f"{message}: {why}" if why else message, now=now, data=data
         )
     job.cancel_requested_at = job.cancel_requested_at or now

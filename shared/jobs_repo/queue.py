@@ -12,10 +12,9 @@ from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
 from shared.core.db_retries import retry_delay_s
-from shared.core.owners import ensure_owner
-from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Owner, Worker, utcnow
-from shared.jobs_repo.claims import Claim, _current, _held_by
-from shared.jobs_repo.events import _transition
+from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
+from shared.jobs_repo.claims import Claim, current_job, held_by
+from shared.jobs_repo.events import transition
 from shared.jobs_repo.reservations import (
     drop_reservation,
     my_reservation,
@@ -23,7 +22,7 @@ from shared.jobs_repo.reservations import (
     wide_job_conditions,
 )
 from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
-from shared.queue.quotas import devices_held, effective_quota
+from shared.queue.quotas import within_device_quota
 
 
 def queued_wider_than(session: Session, *, processes: int) -> list[int]:
@@ -120,7 +119,7 @@ def _claim_first(
         plan = plan_claim(session, policy, now=now)
         job_id = first_claimable(session, plan, conditions)
         if job_id is None or (
-            plan.devices_limited and not _still_within_device_quota(session, policy, job_id)
+            plan.devices_limited and not within_device_quota(session, policy.quotas, job_id)
         ):
             return None
         # Stamped now, after the reads that saw the queue as it is (a claim may have waited for
@@ -144,7 +143,7 @@ def _claim_first(
             .execution_options(synchronize_session=False)
         ).one_or_none()
         if job is not None:  # the statement made the change: this writes its event
-            _transition(
+            transition(
                 session,
                 job,
                 JobStatus.running,
@@ -154,28 +153,6 @@ def _claim_first(
                 locked=True,  # the UPDATE above holds the row
             )
     return job
-
-
-def _still_within_device_quota(session: Session, policy: ClaimPolicy, job_id: int) -> bool:
-    """Whether the owner of the job just picked may still take its devices.
-
-    Postgres runs claims side by side: two of them could each see an owner one device below its
-    max_devices and both claim. The owner's row lock serialises the claims of a limited owner, and
-    after it the count of what the owner holds includes every claim committed before (SQLite's one
-    write lock serialises claims already). The caller then claims nothing this round."""
-    if session.get_bind().dialect.name != "postgresql":
-        return True
-    owner, processes = session.execute(select(Job.owner, Job.num_processes).where(Job.id == job_id)).one()
-    if owner is None:
-        return True
-    row = session.scalars(select(Owner).where(Owner.name == owner)).first()
-    limit = effective_quota(row, policy.quotas).limits["max_devices"]
-    if limit is None:
-        return True  # no limit: nothing to serialise
-    if row is None:  # a default limit and no row yet: make the row there is to lock
-        ensure_owner(session.connection(), owner)
-    session.execute(select(Owner.name).where(Owner.name == owner).with_for_update())
-    return bool(devices_held(session, [owner]).get(owner, 0) + processes <= limit)
 
 
 def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
@@ -196,7 +173,7 @@ def heartbeat(session: Session, *, claim: Claim, lease_s: float) -> JobStatus | 
     with write(session):
         status = session.scalars(
             update(Job)
-            .where(*_held_by(claim))
+            .where(*held_by(claim))
             .values(lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(Job.status)
         ).one_or_none()
@@ -212,7 +189,7 @@ def set_output_dir(
     if devices is not None:
         values["devices"] = list(devices)
     with write(session):
-        session.execute(update(Job).where(*_held_by(claim)).values(**values))
+        session.execute(update(Job).where(*held_by(claim)).values(**values))
 
 
 def finish_job(
@@ -226,7 +203,7 @@ def finish_job(
 ) -> bool:
     """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
     with write(session):
-        job = _current(session, claim)
+        job = current_job(session, claim)
         if job is None:
             return False
         pruned = status == JobStatus.cancelled and job.error_code == ErrorCode.pruned
@@ -237,7 +214,7 @@ def finish_job(
         if result is not None:
             job.result = result
         code = f" [{error_code}]" if error_code and status == JobStatus.failed else ""
-        _transition(
+        transition(
             session,
             job,
             status,
@@ -261,7 +238,7 @@ def fail_job(
     """A failed attempt: `_requeue_or_fail` decides whether it is tried again. The job keeps the
     error and its code either way. The job's status after it, or None when the claim was lost."""
     with write(session):
-        job = _current(session, claim)
+        job = current_job(session, claim)
         if job is None:
             return None
         first_line = error.splitlines()[0] if error else ""
@@ -281,11 +258,11 @@ def fail_job(
 def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
     """Put a job this worker holds back in the queue without spending an attempt (worker shutdown)."""
     with write(session):
-        job = _current(session, claim, statuses=(JobStatus.running,))
+        job = current_job(session, claim, statuses=(JobStatus.running,))
         if job is None:
             return False
         job.worker_id, job.lease_expires_at, job.attempts = None, None, job.attempts - 1
-        _transition(session, job, JobStatus.queued, f"job requeued: {reason}")
+        transition(session, job, JobStatus.queued, f"job requeued: {reason}")
     return True
 
 
@@ -344,12 +321,12 @@ def _requeue_or_fail(
     Else it fails for good. `cause` says in the events why the attempt ended."""
     job.error, job.error_code, job.lease_expires_at = error, error_code, None
     if job.status == JobStatus.cancelling:
-        _transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
+        transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
     elif error_code.retryable and job.attempts < job.max_attempts:
         delay = retry_delay_s(job.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
         job.worker_id = None
         job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
-        _transition(
+        transition(
             session,
             job,
             JobStatus.queued,
@@ -360,7 +337,7 @@ def _requeue_or_fail(
     else:
         if error_code.retryable:
             job.error = f"{error}, and all {job.max_attempts} attempts are spent"
-        _transition(
+        transition(
             session,
             job,
             JobStatus.failed,

@@ -21,11 +21,9 @@ from sqlalchemy import ColumnElement, exists, or_, select, update
 from sqlalchemy.orm import Session
 
 from shared.core.db import write
-from shared.core.tables import Job, JobStatus, Worker, WorkerState
+from shared.core.tables import LIVE_WORKER_STATES, Job, JobStatus, Worker
 from shared.jobs_repo.events import LOG, _event
 from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
-
-LIVE_STATES = (WorkerState.idle, WorkerState.busy)
 
 
 def worker_alive(worker_id: Any, *, now: datetime, lease_s: float) -> ColumnElement[bool]:
@@ -33,7 +31,7 @@ def worker_alive(worker_id: Any, *, now: datetime, lease_s: float) -> ColumnElem
     return exists(
         select(Worker.id).where(
             Worker.id == worker_id,
-            Worker.state.in_(LIVE_STATES),
+            Worker.state.in_(LIVE_WORKER_STATES),
             Worker.stopped_at.is_(None),
             Worker.last_heartbeat_at >= now - timedelta(seconds=lease_s),
         )

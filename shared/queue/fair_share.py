@@ -5,7 +5,7 @@ num_processes of their running jobs) divided by their share (Owner.share, defaul
 priority, then its age. A priority above GLUEJOBS_MAX_USER_PRIORITY (only admins may set one) goes
 before fair share. With GLUEJOBS_FAIR_SHARE off the order is priority, then age, for everyone.
 Quotas hold in both modes: an owner whose running jobs would exceed max_devices with a job, or who
-has used max_device_hours_per_day, is skipped.
+has used max_device_hours_per_day, is skipped (the rule and its SQL: shared/queue/quotas.py).
 
 Why tiers rather than one ORDER BY: sorting 10,000 queued jobs by a computed per-owner usage costs a
 full scan and sort on every claim (30–50 ms measured). Usage belongs to owners, not jobs, and only the
@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session
 
 from shared.core.config import Settings
 from shared.core.tables import Job, Owner
-from shared.queue.quotas import QuotaDefaults, devices_held, effective_quota, owners_over_hours
+from shared.queue.quotas import QuotaDefaults, claim_filters, devices_held
 
 
 @dataclass(frozen=True)
@@ -62,8 +61,8 @@ class ClaimPlan:
 
     quota: list[ColumnElement[bool]]
     tiers: list[ColumnElement[bool] | None]  # None: any owner
-    # Whether any owner's devices are limited (its own max_devices or the default): only then must
-    # a claim re-check the picked job's owner under its row lock (queue.py), two round trips.
+    # Whether any owner's devices are limited: only then must a claim re-check the picked job's
+    # owner under its row lock (quotas.within_device_quota), two round trips.
     devices_limited: bool = True
 
 
@@ -71,13 +70,9 @@ def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> Claim
     """Read what the order depends on (inside the caller's transaction): a few small queries."""
     held = devices_held(session)
     rows = {o.name: o for o in session.scalars(select(Owner))}
-    quota = _quota_filters(held, rows, policy.quotas)
-    over = owners_over_hours(session, policy.quotas, now=now, rows=list(rows.values()))
-    if over:
-        quota.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
-    limited = policy.quotas.max_devices is not None or any(r.max_devices is not None for r in rows.values())
+    quota = claim_filters(session, policy.quotas, held=held, rows=rows, now=now)
     if not policy.fair_share:
-        return ClaimPlan(quota, [None], limited)
+        return ClaimPlan(quota.conditions, [None], quota.devices_limited)
     usage: dict[float, list[str]] = {}
     for owner, devices in held.items():
         share = rows[owner].share if owner in rows and rows[owner].share else 1.0
@@ -86,7 +81,7 @@ def plan_claim(session: Session, policy: ClaimPolicy, *, now: datetime) -> Claim
     tiers: list[ColumnElement[bool] | None] = [Job.priority > policy.max_user_priority]
     tiers.append(or_(Job.owner.is_(None), Job.owner.not_in(holding)) if holding else None)
     tiers += [Job.owner.in_(sorted(owners)) for _level, owners in sorted(usage.items())]
-    return ClaimPlan(quota, tiers, limited)
+    return ClaimPlan(quota.conditions, tiers, quota.devices_limited)
 
 
 def first_claimable(
@@ -104,19 +99,3 @@ def first_claimable(
         if found is not None:
             return int(found)
     return None
-
-
-def _quota_filters(held: dict[str, int], rows: dict[str, Owner], defaults: QuotaDefaults) -> list[Any]:
-    """Per owner with a device limit: its jobs must fit in what it has left (limit − held)."""
-    filters: list[Any] = []
-    known = sorted(set(held) | {name for name, row in rows.items() if row.max_devices is not None})
-    for owner in known:
-        limit = effective_quota(rows.get(owner), defaults).limits["max_devices"]
-        if limit is not None:
-            filters.append(
-                or_(Job.owner.is_(None), Job.owner != owner, Job.num_processes <= limit - held.get(owner, 0))
-            )
-    if defaults.max_devices is not None:  # owners holding nothing, without a limit of their own
-        unknown = and_(Job.owner.is_not(None), Job.owner.not_in(known)) if known else Job.owner.is_not(None)
-        filters.append(or_(~unknown, Job.num_processes <= defaults.max_devices))
-    return filters

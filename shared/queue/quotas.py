@@ -1,10 +1,14 @@
 """Per-owner quotas: devices held at once, jobs queued, device-hours in the last 24 hours.
 
-An owner's row (shared/core/tables.Owner) holds its own limits; a None column means the configured default
-(GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit. The claim (shared/queue/fair_share.py) skips an
-owner's jobs that would exceed the devices or device-hours quota; a submission, sweep or rerun that
-would exceed the queued quota is refused with 429 (`check_queued`, inside the creating transaction).
-Jobs without an owner (auth off) have no quota: there is no one to share with.
+An owner's row (shared/core/tables.Owner) holds its own limits; a None column means the configured
+default (GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit. The claim skips an owner's jobs that
+would exceed the devices or device-hours quota; a submission, sweep or rerun that would exceed the
+queued quota is refused with 429 (`check_queued`, inside the creating transaction). Jobs without an
+owner (auth off) have no quota: there is no one to share with.
+
+This module is the one home of the rule. The claim's SQL (`claim_filters`, `within_device_quota`)
+and the reason the API shows for a held job (`quota_hold`) compare through the same two functions,
+`device_room` and `hours_spent`, so the explanation cannot drift from what the claim does.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from shared.core.config import Settings
@@ -59,6 +63,95 @@ def effective_quota(owner: Owner | None, defaults: QuotaDefaults) -> Quota:
         limits[name] = own if own is not None else getattr(defaults, name)
         source[name] = "owner" if own is not None else "default"
     return Quota(limits, source)
+
+
+def device_room(quota: Quota, held: int) -> int | None:
+    """How many devices the owner's next job may take: max_devices less what it holds (None: no
+    limit). A job fits when its num_processes is at most this."""
+    cap = quota.limits["max_devices"]
+    return None if cap is None else cap - held
+
+
+def hours_spent(quota: Quota, used: float) -> bool:
+    """Whether the owner has used its device-hours of the last 24 hours: none of its jobs starts."""
+    cap = quota.limits["max_device_hours_per_day"]
+    return cap is not None and used >= cap
+
+
+def quota_hold(owner: str, quota: Quota, *, held: int, used_hours: float, processes: int) -> str | None:
+    """Why the claim skips a job of `owner` needing `processes` devices, in words; None when the
+    quotas let it start. The same comparisons as `claim_filters` and `within_device_quota`."""
+    room = device_room(quota, held)
+    if room is not None and processes > room:
+        return f"{owner} holds {held} of {quota.limits['max_devices']} devices (max_devices)"
+    if hours_spent(quota, used_hours):
+        return (
+            f"{owner} used {used_hours:.1f} of {quota.limits['max_device_hours_per_day']:g} device-hours "
+            "in the last 24 h (max_device_hours_per_day)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class ClaimFilters:
+    """The quota conditions every job a claim picks must meet, as SQL."""
+
+    conditions: list[ColumnElement[bool]]
+    # Whether any owner's devices are limited (its own max_devices or the default): only then must
+    # a claim re-check the picked job's owner under its row lock (`within_device_quota`).
+    devices_limited: bool
+
+
+def claim_filters(
+    session: Session,
+    defaults: QuotaDefaults,
+    *,
+    held: dict[str, int],
+    rows: dict[str, Owner],
+    now: datetime,
+) -> ClaimFilters:
+    """The quotas as SQL conditions on Job (inside the claim's transaction), from what each owner
+    holds (`held`, devices_held) and the owners' rows: a job of a device-limited owner must fit in
+    `device_room`; an owner whose `hours_spent` is skipped whole."""
+    conditions: list[ColumnElement[bool]] = []
+    known = sorted(set(held) | {name for name, row in rows.items() if row.max_devices is not None})
+    for owner in known:
+        room = device_room(effective_quota(rows.get(owner), defaults), held.get(owner, 0))
+        if room is not None:
+            conditions.append(or_(Job.owner.is_(None), Job.owner != owner, Job.num_processes <= room))
+    default_room = device_room(effective_quota(None, defaults), 0)
+    if default_room is not None:  # owners holding nothing, without a limit of their own
+        unknown = and_(Job.owner.is_not(None), Job.owner.not_in(known)) if known else Job.owner.is_not(None)
+        conditions.append(or_(~unknown, Job.num_processes <= default_room))
+    over = owners_over_hours(session, defaults, now=now, rows=list(rows.values()))
+    if over:
+        conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
+    limited = defaults.max_devices is not None or any(r.max_devices is not None for r in rows.values())
+    return ClaimFilters(conditions, limited)
+
+
+def within_device_quota(session: Session, defaults: QuotaDefaults, job_id: int) -> bool:
+    """Whether the owner of the job a claim just picked may still take its devices (inside the
+    claim's write transaction).
+
+    Postgres runs claims side by side: two of them could each see an owner one device below its
+    max_devices and both claim. The owner's row lock serialises the claims of a limited owner, and
+    after it the count of what the owner holds includes every claim committed before (SQLite's one
+    write lock serialises claims already). The caller then claims nothing this round."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    owner, processes = session.execute(select(Job.owner, Job.num_processes).where(Job.id == job_id)).one()
+    if owner is None:
+        return True
+    row = session.scalars(select(Owner).where(Owner.name == owner)).first()
+    quota = effective_quota(row, defaults)
+    if device_room(quota, 0) is None:
+        return True  # no limit: nothing to serialise
+    if row is None:  # a default limit and no row yet: make the row there is to lock
+        ensure_owner(session.connection(), owner)
+    session.execute(select(Owner.name).where(Owner.name == owner).with_for_update())
+    room = device_room(quota, devices_held(session, [owner]).get(owner, 0))
+    return room is not None and processes <= room
 
 
 def devices_held(session: Session, owners: Collection[str] | None = None) -> dict[str, int]:
@@ -110,7 +203,7 @@ def owners_over_hours(
     (no default, no owner's own) this is one read of the owners table (`rows`, when the caller has
     read them) and nothing more."""
     limited = {
-        owner.name: owner.max_device_hours_per_day
+        owner.name: owner
         for owner in (rows if rows is not None else session.scalars(select(Owner)))
         if owner.max_device_hours_per_day is not None
     }
@@ -118,12 +211,11 @@ def owners_over_hours(
         return []
     owners = None if defaults.max_device_hours_per_day is not None else list(limited)
     used = device_hours_24h(session, owners, now=now)
-    over = []
-    for owner, hours in used.items():
-        limit = limited.get(owner, defaults.max_device_hours_per_day)
-        if limit is not None and hours >= limit:
-            over.append(owner)
-    return sorted(over)
+    return sorted(
+        owner
+        for owner, hours in used.items()
+        if hours_spent(effective_quota(limited.get(owner), defaults), hours)
+    )
 
 
 def check_queued(session: Session, *, owner: str | None, adding: int, defaults: QuotaDefaults) -> None:

@@ -23,10 +23,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared.core.db import read
-from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Worker, utcnow
-from shared.jobs_repo.reservations import LIVE_STATES
+from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Job, JobStatus, Worker, utcnow
 from shared.queue.fair_share import ClaimPolicy
-from shared.queue.quotas import device_hours_24h, devices_held, effective_quota, owner_rows
+from shared.queue.quotas import device_hours_24h, devices_held, effective_quota, owner_rows, quota_hold
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,9 @@ def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetim
     with read(session):
         workers = session.execute(
             select(Worker.id, Worker.devices).where(
-                Worker.state.in_(LIVE_STATES), Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= alive
+                Worker.state.in_(LIVE_WORKER_STATES),
+                Worker.stopped_at.is_(None),
+                Worker.last_heartbeat_at >= alive,
             )
         ).all()
         ids = [worker_id for worker_id, _ in workers]
@@ -130,21 +131,16 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
 
 
 def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> str | None:
+    """The claim's own quota rule (shared/queue/quotas.py), told in words."""
     if job.owner is None:
         return None
-    limits = effective_quota(fleet.owners.get(job.owner), policy.quotas).limits
-    held = fleet.held.get(job.owner, 0)
-    cap = limits["max_devices"]
-    if cap is not None and held + job.num_processes > cap:
-        return f"{job.owner} holds {held} of {cap} devices (max_devices)"
-    hours_cap = limits["max_device_hours_per_day"]
-    used = fleet.hours.get(job.owner, 0.0)
-    if hours_cap is not None and used >= hours_cap:
-        return (
-            f"{job.owner} used {used:.1f} of {hours_cap:g} device-hours in the last 24 h "
-            "(max_device_hours_per_day)"
-        )
-    return None
+    return quota_hold(
+        job.owner,
+        effective_quota(fleet.owners.get(job.owner), policy.quotas),
+        held=fleet.held.get(job.owner, 0),
+        used_hours=fleet.hours.get(job.owner, 0.0),
+        processes=job.num_processes,
+    )
 
 
 def _devices(count: int) -> str:
