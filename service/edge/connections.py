@@ -20,8 +20,12 @@ A connection whose body arrives slowly is the request guard's to bound (service/
 the app is running and can answer 408.
 
 The hooks are uvicorn's own protocol methods (connection_made, connection_lost, handle_events,
-on_response_complete) and its `cycle` attribute, which 0.3x–0.5x keep; tests/test_slow_clients.py
-drives them through real sockets.
+on_response_complete), its `cycle`, `loop` and `transport` attributes and its log line for a malformed
+request, none of them public API. They hold in the uvicorn releases UVICORN_REQUIREMENT names
+(server/pyproject.toml pins the same range), and `check_uvicorn_hooks` checks at import that the
+installed one still has them, so an upgrade that moved them fails at start-up with the version named,
+not later with connections silently unguarded. tests/test_slow_clients.py drives them through real
+sockets.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import json
 import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,45 @@ _DESCRIPTIONS = {
     ACCEPT_FAILED: "failed accept() calls (out of file descriptors)",
 }
 RETRY_AFTER_S = 1
+# The uvicorn releases whose H11Protocol this module was written and tested against (the server's
+# requirement in server/pyproject.toml says the same; a test keeps them equal).
+UVICORN_REQUIREMENT = "uvicorn>=0.30,<0.56"
+INVALID_REQUEST_MESSAGE = "Invalid HTTP request received."
+# What of uvicorn's protocol this module relies on: the methods it overrides, the attributes it
+# reads (by the methods that set them), and the log line it counts instead of printing.
+OVERRIDDEN = ("connection_made", "connection_lost", "handle_events", "on_response_complete")
+ATTRIBUTES_SET_BY = {"__init__": ("loop", "cycle"), "connection_made": ("transport",)}
+
+
+class UnsupportedUvicorn(RuntimeError):
+    """The installed uvicorn lacks a non-public hook this module relies on."""
+
+
+def check_uvicorn_hooks(
+    protocol: type = H11Protocol, cycle: type = RequestResponseCycle, installed: str | None = None
+) -> None:
+    """UnsupportedUvicorn, naming the installed version, unless `protocol` has every hook."""
+    missing = [f"method {name}" for name in OVERRIDDEN if not callable(getattr(protocol, name, None))]
+    for method, attributes in ATTRIBUTES_SET_BY.items():
+        code = getattr(getattr(protocol, method, None), "__code__", None)
+        names = set(code.co_names) if code is not None else set()
+        missing += [f"attribute {name} (set by {method})" for name in attributes if name not in names]
+    init = getattr(getattr(cycle, "__init__", None), "__code__", None)
+    if init is None or "response_complete" not in init.co_names:
+        missing.append("attribute cycle.response_complete")
+    handle = getattr(getattr(protocol, "handle_events", None), "__code__", None)
+    if handle is None or INVALID_REQUEST_MESSAGE not in handle.co_consts:
+        missing.append(f"log message {INVALID_REQUEST_MESSAGE!r} (in handle_events)")
+    if missing:
+        raise UnsupportedUvicorn(
+            f"uvicorn {installed or version('uvicorn')} is installed, but service/edge/connections.py "
+            f"overrides uvicorn's h11 protocol as {UVICORN_REQUIREMENT} has it, and this one lacks: "
+            f"{'; '.join(missing)}. Install {UVICORN_REQUIREMENT!r} (what gluejobs-server requires), "
+            "or update service/edge/connections.py to this uvicorn"
+        )
+
+
+check_uvicorn_hooks()
 
 
 @dataclass(frozen=True)
@@ -119,7 +163,7 @@ class CountedMessages(logging.Filter):
 
 def install_log_filters(events: ClientEventLog) -> None:
     logging.getLogger("uvicorn.error").addFilter(
-        CountedMessages(events, {"Invalid HTTP request received.": INVALID_REQUEST})
+        CountedMessages(events, {INVALID_REQUEST_MESSAGE: INVALID_REQUEST})
     )
     # asyncio logs this with a traceback on every failed accept() (EMFILE), then pauses accepting.
     logging.getLogger("asyncio").addFilter(
