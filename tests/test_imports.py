@@ -26,6 +26,27 @@ MAY_IMPORT = {
 }
 
 
+# shared/'s subpackages, lowest first: each may import those below it, never one above (the
+# exceptions below say why they stand; one added needs its reason here).
+SHARED_LAYERS = (
+    "core",  # settings, database, tables, errors, the store, owners, the release
+    "jobspec",  # what a job asks for; the client's command line reads it (torch-free, no database)
+    "data",  # reading a job's data files
+    "model_folders",  # reading, registering and caching model folders
+    "submission",  # the checks a job passes before it is stored
+    "queue",  # fair share, quotas, why a job waits
+    "jobs_repo",  # every write of jobs, sweeps, files, models, workers
+    "research",  # sweeps and their statistics, GLUE submission files
+    "webhooks",  # endpoints, deliveries, the events a change records (a sweep's with its status)
+    "searches",  # hyperparameter searches, driven over jobs, sweeps' checks and webhooks
+)
+UPWARD_ARROWS = {
+    # A job's and a sweep's state change records its webhook event in the same transaction
+    # (jobs_repo.events and .reports write webhooks.events' rows).
+    ("jobs_repo", "webhooks"),
+}
+
+
 def project_modules() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
@@ -136,3 +157,35 @@ def test_no_test_module_imports_another() -> None:
         name for name in graph if name.split(".")[-1].startswith("test_") or name == "tests.conftest"
     }
     assert {(name, target) for name in graph for target in graph[name] if target in test_modules} == set()
+
+
+def shared_arrows() -> dict[tuple[str, str], set[str]]:
+    """(importing subpackage, imported subpackage) -> the module imports that make the arrow."""
+    arrows: dict[tuple[str, str], set[str]] = {}
+    for name, targets in import_graph().items():
+        for target in targets:
+            if name.startswith("shared.") and target.startswith("shared."):
+                pair = (name.split(".")[1], target.split(".")[1])
+                if pair[0] != pair[1]:
+                    arrows.setdefault(pair, set()).add(f"{name} -> {target}")
+    return arrows
+
+
+def test_shared_holds_only_its_subpackages_and_they_import_downwards() -> None:
+    """shared/ is its subpackages (a module beside them says nothing about what it holds), and
+    each imports only those below it in SHARED_LAYERS, but for the UPWARD_ARROWS named there."""
+    beside = sorted(path.name for path in (REPO / "shared").glob("*.py") if path.name != "__init__.py")
+    assert beside == []
+    packages = {path.parent.name for path in (REPO / "shared").glob("*/__init__.py")}
+    assert packages == set(SHARED_LAYERS)
+    rank = {package: level for level, package in enumerate(SHARED_LAYERS)}
+    arrows = shared_arrows()
+    upward = {pair: sorted(why) for pair, why in arrows.items() if rank[pair[1]] > rank[pair[0]]}
+    assert {pair: why for pair, why in upward.items() if pair not in UPWARD_ARROWS} == {}
+    assert upward.keys() >= UPWARD_ARROWS  # an exception no longer needed is struck from the list
+
+
+def test_each_subpackage_says_what_it_owns() -> None:
+    for init in [*(REPO / "shared").glob("*/__init__.py"), *(REPO / "service").glob("*/__init__.py")]:
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 8, f"{init.relative_to(REPO)}: a docstring saying what it owns"
