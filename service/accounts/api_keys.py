@@ -111,14 +111,6 @@ def list_keys(session: Session, *, owner: str | None = None, include_revoked: bo
         return list(session.scalars(query))
 
 
-def get_key(session: Session, key_id: int) -> ApiKey:
-    with read(session):
-        key = session.get(ApiKey, key_id)
-    if key is None:
-        raise NotFound(f"key {key_id} not found")
-    return key
-
-
 def revoke_key(
     session: Session, *, key_id: int, actor: str | None, actor_key_id: int | None = None
 ) -> ApiKey:

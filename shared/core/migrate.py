@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
-from sqlalchemy import Connection, make_url, text
+from sqlalchemy import make_url, text
 
 from shared.core import release
 from shared.core.db import Database
@@ -47,10 +47,6 @@ def upgrade(db: Database, revision: str = "head") -> None:
         if target == head:
             release.record(connection, head)
             release.check(connection)
-
-
-def is_up_to_date(connection: Connection) -> bool:
-    return release.current_revision(connection) == release.schema_head()
 
 
 def is_migrating(db: Database) -> bool:
