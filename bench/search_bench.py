@@ -63,6 +63,9 @@ def main() -> int:
         "best dev accuracy of the completed trials is compared either way",
     )
     parser.add_argument("--keep", action="store_true", help="keep the run's folder (database, logs)")
+    parser.add_argument(
+        "--fast", action="store_true", help="trials on the fast path (spec `fast`: bf16, length-grouped batches)"
+    )
     args = parser.parse_args()
 
     spec: dict[str, Any] = {
@@ -76,6 +79,7 @@ def main() -> int:
         "logging_steps": 10,
         "save_strategy": "no",
         "seed": 1,
+        **({"fast": True} if args.fast else {}),
     }
     pruners = {"none": {"type": "none"}, args.pruner: {"type": args.pruner, "n_startup_trials": 2}}
     with run_folder("search-bench-", keep=args.keep) as root:
@@ -105,7 +109,7 @@ def main() -> int:
     )
     print(
         f"model {args.model}, SST-2 {args.train_rows} train / {args.eval_rows} dev rows, "
-        f"{args.epochs} epochs, "
+        f"{args.epochs} epochs{', fast path' if args.fast else ''}, "
         f"{args.trials} trials, {args.parallelism} at once on {args.workers} workers"
     )
     for name, result in (("full (pruner none)", full), (f"pruned ({args.pruner})", pruned)):

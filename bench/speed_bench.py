@@ -59,7 +59,7 @@ ROBERTA_BASE_SIZED = "roberta-base-sized"
 # The figures of a job's result the table reports, and how each is printed.
 FIGURES = (
     ("train_samples_per_second", "samples/s", "{:.1f}"),
-    # Per CPU-second of the job's process: robust to other work on shared cores (see the README).
+    # Per CPU-second of the job's process: robust to other work on shared cores (see docs/benchmarks.md).
     ("train_samples_per_cpu_second", "samples/cpu-s", "{:.1f}"),
     ("padded_tokens", "padded tok", "{:,.0f}"),
     ("real_tokens", "real tok", "{:,.0f}"),
@@ -103,7 +103,7 @@ def main() -> int:
         default="passive",
         help="OMP_WAIT_POLICY for the worker (default passive: on a machine whose cores other work "
         "shares, GNU OpenMP's spinning threads make every torch op wait for a descheduled peer; see "
-        "the README's Speed section); inherit: leave the environment's",
+        "docs/benchmarks.md, Speed); inherit: leave the environment's",
     )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -23,7 +23,7 @@ SERVER_PARTS = {
     "migrate": (("shared", "alembic", "sqlalchemy"), "pip install gluejobs-server"),
     "worker": (
         ("worker", "shared", "torch", "transformers"),
-        'pip install "gluejobs-server[worker]" (README, "Install": the CPU or the CUDA build of torch)',
+        'pip install "gluejobs-server[worker]" (docs/operators/install.md: CPU or CUDA torch)',
     ),
 }
 # serve's and worker's flags (--help too) are service/'s and worker/'s parsers': handed over whole.

@@ -9,7 +9,7 @@ Retry-After gains nothing by hammering. A fixed window lets a key make up to twi
 a minute's boundary; that is the price of one row and one statement per request (a sliding window
 would need a row per request, or two reads).
 
-Writes are counted exactly: one statement per write (measured in the README:
+Writes are counted exactly: one statement per write (measured in docs/operators/security.md:
 bench/rate_limit_bench.py). Reads are counted in memory while a key is well under its limit: each
 process adds its reads up per key and writes them in one statement every FLUSH_S (ReadCounts), so a
 read does not take SQLite's write lock nor cost Postgres a round trip. The flush returns each key's

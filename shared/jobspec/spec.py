@@ -103,7 +103,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "save_steps": 500,
 }
 # What `fast: true` sets, for every one of these fields that the spec leaves out (values given beside
-# it win). Measured on SST-2 (bench/speed_bench.py, README "Speed"): the same task and seed at the
+# it win). Measured on SST-2 (bench/speed_bench.py, docs/benchmarks.md "Speed"): the same task and seed at the
 # reference's accuracy, in a fraction of the time.
 #   group_by_length         batches of similar lengths (Trainer's LengthGroupedSampler): a third of the
 #                           padded tokens of random batches
