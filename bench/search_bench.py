@@ -63,9 +63,7 @@ def main() -> int:
         "best dev accuracy of the completed trials is compared either way",
     )
     parser.add_argument("--keep", action="store_true", help="keep the run's folder (database, logs)")
-    parser.add_argument(
-        "--fast", action="store_true", help="trials on the fast path (spec `fast`: bf16, length-grouped batches)"
-    )
+    parser.add_argument("--fast", action="store_true", help="trials on the fast path (spec `fast`)")
     args = parser.parse_args()
 
     spec: dict[str, Any] = {
