@@ -79,7 +79,7 @@ def upload(
 
     CSV, JSON lines or TSV; it is hashed first, and not sent when the API holds those bytes already."""
     named = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column}
-    columns = {name: named[name] for name in COLUMN_FIELDS}
+    columns = {name: value for name in COLUMN_FIELDS if (value := named[name]) is not None}
     with api.client() as client:
         file = client.files.create(path, purpose=purpose, task_name=task_name, columns=columns)
     api.show(file.raw, _line(file))
