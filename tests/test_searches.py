@@ -370,9 +370,8 @@ E2E_STEPS = 24
 E2E_TRIALS = 8
 
 
-# Postgres, where a fleet's workers and API processes meet; the search's rules on both databases are
-# the tests above (the driver's lock, pruning, trial rows), which this one adds processes to.
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+# On both databases with real workers and a real API restart (issue 25 asks for the end-to-end run on
+# each): the driver's lock and trial rows differ between them.
 @pytest.mark.e2e
 def test_a_search_prunes_trials_and_survives_an_api_restart(
     settings_factory, db_url: str, tmp_path: Path
