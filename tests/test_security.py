@@ -61,7 +61,7 @@ def body_text(spec: dict[str, Any] | None = None, **fields: Any) -> str:
 def assert_refused(response: httpx.Response, status: int, field: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text
     error: dict[str, Any] = response.json()["error"]
-    assert set(error) <= {"code", "message", "field"} and error["message"]
+    assert set(error) <= {"code", "message", "field", "errors", "errors_omitted"} and error["message"]
     if field is not None:
         assert error.get("field") == field, error
     return error
