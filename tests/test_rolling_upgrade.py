@@ -31,7 +31,7 @@ CLI = [sys.executable, "-m", "gluejobs.cli"]
 # The previous release, as far as these checks see it: its version and its newest schema.
 OLD_RELEASE = (
     "import sys\n"
-    "from shared import release\n"
+    "from shared.core import release\n"
     "release.RELEASE = '0.1.0'\n"
     f"release.schema_head = lambda: {PREVIOUS_HEAD!r}\n"
     "from gluejobs.cli import main\n"
