@@ -160,10 +160,26 @@ def wait_ready(
     deadline = time.monotonic() + timeout_s
     while not ready(url, path):
         if process is not None and process.poll() is not None:
-            raise StackError(f"the API exited with status {process.returncode} before it was ready{see}")
+            raise StackError(
+                f"the API exited with status {process.returncode} before it was ready{see}{last_lines(log)}"
+            )
         if time.monotonic() > deadline:
             raise StackError(f"the API did not answer at {url} within {timeout_s:.0f}s{see}")
         time.sleep(0.2)
+
+
+LOG_TAIL_LINES = 5
+
+
+def last_lines(log: Path | None, count: int = LOG_TAIL_LINES) -> str:
+    """The end of `log` (what a process said before it exited), indented on lines of their own; "" when
+    there is no log. Reads at most 8 KiB of it, however long it grew."""
+    if log is None or not log.is_file():
+        return ""
+    with log.open("rb") as file:
+        file.seek(max(0, file.seek(0, os.SEEK_END) - 8192))
+        tail = file.read().decode("utf-8", "replace").splitlines()[-count:]
+    return "".join(f"\n    {line}" for line in tail)
 
 
 def stop(process: subprocess.Popen[bytes], *, grace_s: float = STOP_GRACE_S) -> None:

@@ -7,8 +7,18 @@ GLUEJOBS_TEST_SKIP_POSTGRES=1 to skip those tests knowingly on a machine without
 
 from __future__ import annotations
 
-import itertools
 import os
+
+# Under pytest-xdist every test process (and the APIs, workers and job processes it starts, which
+# inherit this) would use as many torch threads as the machine has cores: N processes on C cores run
+# N×C threads, and OpenMP's spinning threads then slow each other down many times over (a MiniLM job
+# that takes a minute alone ran past ten). One thread a process, yielding the core when idle; set
+# either variable to choose otherwise. Before torch is imported, which reads them once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import itertools
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +60,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # moto's S3 server is a real server: the store's tests are end to end.
         if _names(item, "s3") or {"s3_url", "s3_endpoint"} & fixtures:
             item.add_marker(pytest.mark.e2e)
+    # The long tests first (slow, then e2e; a stable sort keeps the rest in file order): pytest-xdist
+    # hands tests out in this order, so a minute-long test that came last would run alone at the end
+    # while the other processes sat idle (about three minutes of the suite's wall time).
+    items.sort(
+        key=lambda item: 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
+    )
 
 
 def _names(item: pytest.Item, value: str) -> bool:

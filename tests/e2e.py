@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,12 +30,15 @@ LOOPBACK_URL = "http://127.0.0.1"
 
 @contextmanager
 def live_api(settings: Settings) -> Iterator[httpx.Client]:
-    """The real app behind a real socket, in a thread; a client for it."""
-    port = free_port()
+    """The real app behind a real socket, in a thread; a client for it. The socket is bound here and
+    handed to uvicorn, so no other process can take its port between a probe and the bind."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
@@ -47,6 +51,7 @@ def live_api(settings: Settings) -> Iterator[httpx.Client]:
     finally:
         server.should_exit = True
         thread.join(10)
+        listener.close()
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
@@ -61,7 +66,13 @@ def start_worker(settings: Settings, *args: str, log: Path | None = None) -> sub
 def run_worker_until_idle(settings: Settings, log: Path, *args: str, timeout_s: float = 600) -> None:
     worker = start_worker(settings, "--exit-when-idle", *args, log=log)
     try:
-        assert worker.wait(timeout_s) == 0, log.read_text()[-3000:]
+        try:
+            status = worker.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the worker still ran after {timeout_s:.0f}s:\n{log.read_text()[-3000:]}"
+            ) from None
+        assert status == 0, log.read_text()[-3000:]
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
@@ -127,15 +138,46 @@ def api_process(
 ) -> Iterator[tuple[httpx.Client, subprocess.Popen[bytes]]]:
     """The API as `python -m service` (what `gluejobs serve` runs) in a process of its own, with the
     settings in its environment: a client for it, and the process (to read its memory)."""
-    port = free_port()
-    process = stack.start_api(stack_environment(settings), port=port, log=log, args=args)
+    process, url = start_api(stack_environment(settings), log=log, args=args)
     try:
-        url = f"http://127.0.0.1:{port}"
-        stack.wait_ready(url, process=process, log=log, path="/healthz")
         with httpx.Client(base_url=url, timeout=30) as client:
             yield client, process
     finally:
         stack.stop(process, grace_s=10)
+
+
+PORT_TAKEN = "address already in use"
+START_TRIES = 3
+
+
+def start_api(
+    env: dict[str, str], *, log: Path | None = None, args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m service` on a port the OS picked, once it answers /healthz: the process and its URL.
+    A subprocess cannot be handed a bound socket through uvicorn's options, so the port is probed and
+    let go first, and another process may take it before the API binds it (the suite's own clients
+    use ephemeral ports of the same range). The API then exits saying so, and starts again on a newly
+    picked port: never one it let go."""
+    attempt = 1
+    while True:
+        said = log.stat().st_size if log is not None and log.exists() else 0
+        port = free_port()
+        process = stack.start_api(env, port=port, log=log, args=args)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            stack.wait_ready(url, process=process, log=log, path="/healthz")
+            return process, url
+        except stack.StackError:
+            stack.stop(process)
+            if attempt == START_TRIES or log is None or PORT_TAKEN not in _said_since(log, said):
+                raise
+            attempt += 1
+
+
+def _said_since(log: Path, offset: int) -> str:
+    with log.open("rb") as file:
+        file.seek(offset)
+        return file.read().decode("utf-8", "replace").lower()
 
 
 def running(pid: int) -> bool:

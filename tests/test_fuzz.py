@@ -37,9 +37,11 @@ USER_KEY = "fuzz-user-key-0123456789"
 # Cases per operation and seed: about a minute for the whole fuzz per database (three seeds of 60
 # cost what two of 80 did).
 CASES_PER_OPERATION = 60
-# Three seeds per database: `jobs=²` (a 500) was found only on a third seed of an earlier probe, and
-# seeds find different corners more than more cases of one seed do.
-SEEDS = (20240605, 7, 1021)
+# Three seeds on SQLite: `jobs=²` (a 500) was found only on a third seed of an earlier probe, and
+# seeds find different corners more than more cases of one seed do. Those corners are the routes'
+# and the same on both databases; what Postgres adds is its own storage rules (NUL in text, integer
+# ranges, JSON), which every seed's values reach: one seed there (a full pass costs about 50 s).
+SEEDS = {"sqlite": (20240605, 7, 1021), "postgresql": (20240605,)}
 # Schema-valid is not always acceptable: a job spec is also checked against its data, models and the
 # cluster's trackers, and a submission bundle against the jobs' prediction files (422 naming the
 # field), which no JSON schema can say. Everywhere else a schema-valid request must be accepted.
@@ -127,7 +129,7 @@ def test_fuzz_the_whole_schema(api: httpx.Client, db: Database) -> None:
     session = requests.Session()
     statuses: dict[str, Counter[int]] = {}
     operations = [result.ok() for result in schema.get_all_operations()]
-    for fuzz_seed in SEEDS:  # one API process, each seed a full pass over every operation
+    for fuzz_seed in SEEDS[db.dialect]:  # one API process, each seed a full pass over every operation
         for operation in operations:
             if _streams_only(operation):
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from gluejobs.stack import free_port, stop
 from shared import jobs_repo
 from shared.core import release
 from shared.core.config import Settings
-from shared.core.db import Database
+from shared.core.db import WRITE_OPTION, Database
 from shared.core.migrate import alembic_config, upgrade
 from tests.e2e import worker_env
 from tests.kit import QUICK_JOB, REPO
@@ -118,6 +119,33 @@ def refusals(commands: list[list[str]], settings: Settings) -> list[str]:
         assert process.returncode == 1 and "Traceback" not in stdout + stderr, (stdout + stderr)[-3000:]
         lines.append(stderr.strip().splitlines()[-1])
     return lines
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_migrating_beside_a_busy_sqlite_writer_waits_for_the_lock_instead_of_failing(db: Database) -> None:
+    """`gluejobs serve` migrates on start while workers write: on SQLite a transaction that read before
+    it wrote failed at once with "database is locked" when a writer had committed meanwhile (an API
+    restarted beside busy workers exited with status 1). The upgrade takes the write lock first."""
+    holding, release_writer = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with db.engine.connect() as connection:
+            connection.execution_options(**{WRITE_OPTION: True})  # BEGIN IMMEDIATE: a worker's write
+            with connection.begin():
+                connection.exec_driver_sql("UPDATE gluejobs_release SET migrated_at = migrated_at")
+                holding.set()
+                release_writer.wait(10)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        threading.Timer(0.5, release_writer.set).start()  # commits while the upgrade waits
+        upgrade(db)
+    finally:
+        release_writer.set()
+        thread.join(10)
+    assert misfit(db) is None
 
 
 def test_an_api_and_a_worker_that_do_not_fit_the_database_refuse_with_one_line(

@@ -28,9 +28,9 @@ from shared.core.tables import utcnow
 from shared.webhooks import endpoints, search_finished
 from shared.webhooks.addresses import AllowList, RefusedTarget, Target, address_rule, check_addresses
 from shared.webhooks.deliveries import claim_due
-from tests.e2e import live_api, run_worker_until_idle, wait_for
+from tests.e2e import live_api, run_worker_until_idle, start_api, wait_for
 from tests.kit import SPEC, auth
-from tests.webhook_receiver import receiver
+from tests.webhook_receiver import receiver, reserved_port
 
 ALICE = "alice=alice-key-0123456789abcdef"
 BOB = "bob=bob-key-0123456789abcdef"
@@ -355,21 +355,20 @@ def test_deliveries_survive_an_api_restart(settings: Settings, tmp_path: Path) -
         update={"webhook_allowed_hosts": ["127.0.0.1"], **FAST, "webhook_backoff_s": 1.0}
     )
     env = stack.stack_environment(settings)
-    port, hook_port = stack.free_port(), stack.free_port()
-    url, log = f"http://127.0.0.1:{port}", tmp_path / "api.log"
-    api = stack.start_api(env, port=port, log=log)
+    hook_socket = reserved_port()
+    hook_port = hook_socket.getsockname()[1]
+    log = tmp_path / "api.log"
+    api, url = start_api(env, log=log)
     try:
-        stack.wait_ready(url, process=api, log=log)
         with httpx.Client(base_url=url, timeout=30) as client:
             endpoint = create(client, f"http://127.0.0.1:{hook_port}/").json()
             client.post(f"/v1/webhooks/{endpoint['id']}/test")
             wait_for(lambda: deliveries(client, endpoint["id"])[0]["attempts"] >= 1, timeout_s=30)
     finally:
         stack.stop(api)
-    with receiver(port=hook_port) as hook:
-        api = stack.start_api(env, port=port, log=log)
+    with receiver(bound=hook_socket) as hook:
+        api, url = start_api(env, log=log)
         try:
-            stack.wait_ready(url, process=api, log=log)
             with httpx.Client(base_url=url, timeout=30) as client:
                 [delivery] = finished(client, endpoint["id"])
         finally:

@@ -3,6 +3,7 @@ request (headers and body) and answers with the status codes it is told, in orde
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,8 +30,11 @@ class Receiver:
 
 
 @contextmanager
-def receiver(port: int = 0, answers: list[int] | None = None) -> Iterator[Receiver]:
-    state = Receiver(port=port, answers=list(answers or []))
+def receiver(answers: list[int] | None = None, *, bound: socket.socket | None = None) -> Iterator[Receiver]:
+    """A receiver on a port the OS picks, or on `bound`: a socket bound earlier and not yet listening
+    (`reserved_port()`), so that a receiver can come up on a port that refused connections until then,
+    without letting the port go meanwhile."""
+    state = Receiver(port=0, answers=list(answers or []))
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -48,7 +52,12 @@ def receiver(port: int = 0, answers: list[int] | None = None) -> Iterator[Receiv
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=bound is None)
+    if bound is not None:
+        server.socket.close()
+        server.socket = bound
+        server.server_address = bound.getsockname()
+        server.server_activate()  # listen(): from now on connections are accepted
     state.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -58,3 +67,11 @@ def receiver(port: int = 0, answers: list[int] | None = None) -> Iterator[Receiv
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def reserved_port() -> socket.socket:
+    """A socket bound to a port on 127.0.0.1 and not listening: connections to the port are refused
+    (as to a receiver that is down) and no other process can take it. `receiver(bound=...)` serves on it."""
+    reserved = socket.socket()
+    reserved.bind(("127.0.0.1", 0))
+    return reserved

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
-from sqlalchemy import make_url, text
+from alembic.config import Config
+from sqlalchemy import Connection, make_url, text
 
 from shared.core import release
-from shared.core.db import Database
+from shared.core.db import WRITE_OPTION, Database
 from shared.core.release import alembic_config, migrations_dir
 
 logger = logging.getLogger(__name__)
@@ -35,18 +36,27 @@ def upgrade(db: Database, revision: str = "head") -> None:
     config = alembic_config()
     head = release.schema_head()
     target = head if revision == "head" else revision
-    with _migration_lock(db), db.engine.begin() as connection:
-        if db.dialect == "postgresql":
-            connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID})
-        current = release.current_revision(connection)
-        if current is not None and current not in release.known_revisions(head):
-            release.check(connection)  # a newer schema: it says whether this release may go on
-            return
-        config.attributes["connection"] = connection
-        command.upgrade(config, target)
-        if target == head:
-            release.record(connection, head)
-            release.check(connection)
+    # A write transaction from its first statement (SQLite: BEGIN IMMEDIATE): one that read first
+    # could not take the write lock once a worker had written meanwhile ("database is locked" at once,
+    # whatever the busy timeout), which stopped an API restarted beside busy SQLite workers.
+    with _migration_lock(db), db.engine.connect() as connection:
+        connection.execution_options(**{WRITE_OPTION: True})
+        with connection.begin():
+            _upgrade(connection, config, db.dialect, head, target)
+
+
+def _upgrade(connection: Connection, config: Config, dialect: str, head: str, target: str) -> None:
+    if dialect == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID})
+    current = release.current_revision(connection)
+    if current is not None and current not in release.known_revisions(head):
+        release.check(connection)  # a newer schema: it says whether this release may go on
+        return
+    config.attributes["connection"] = connection
+    command.upgrade(config, target)
+    if target == head:
+        release.record(connection, head)
+        release.check(connection)
 
 
 def is_migrating(db: Database) -> bool:
