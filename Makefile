@@ -8,8 +8,12 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 # The dashboard's browser test drives Debian's chromium through Playwright (never a downloaded browser).
 CHROMIUM ?= /usr/bin/chromium
-# Test processes for `make test` (pytest-xdist); 0 runs the suite in this one process.
-TEST_WORKERS ?= 2
+# Test processes for `make test` (pytest-xdist); 0 runs the suite in this one process. More processes
+# than cores: most end-to-end tests wait on servers, workers and their intervals, not on the CPU; each
+# process uses one torch thread (tests/conftest.py). worksteal: an idle process takes queued tests
+# from a busy one, so one process is not left with the long tests while the others wait.
+TEST_WORKERS ?= 4
+PYTEST_DIST := -n $(TEST_WORKERS) --dist worksteal
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install install-test demo stop test test-fast lint docs bench dist clean
@@ -51,12 +55,12 @@ stop:
 ## built too (tests/test_docs.py: mkdocs build --strict) and every page's commands run
 ## (test_readme_commands). CI runs this.
 test: lint $(CHROMIUM)
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest $(PYTEST_DIST) --durations=25
 
 ## make test-fast: the quick loop, SQLite only: no Postgres, nothing that starts servers or workers
 ## (e2e) and no slow training (a few minutes; `make test` before a merge).
 test-fast: install-test
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow and not e2e and not postgres"
+	$(BIN)/pytest $(PYTEST_DIST) -m "not slow and not e2e and not postgres"
 
 ## make lint: ruff (lint and format) and mypy.
 lint: install-test

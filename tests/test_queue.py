@@ -201,6 +201,42 @@ def test_metric_cursor_pages_cover_every_row_once(db: Database) -> None:
     assert seen == list(range(250))
 
 
+def test_a_cursor_poll_reads_the_owner_and_the_same_pages_as_the_lists_in_one_statement(db: Database) -> None:
+    """The API's cursor polls (jobs_repo.cursor_page): the owner and the page in one statement, the
+    job's row joined to its page; the pages are list_metrics' and list_events', filters included."""
+    with db.session() as session:
+        job = jobs_repo.create_job(session, spec=SPEC, owner="alice")
+        empty = jobs_repo.create_job(session, spec=SPEC, owner="bob")
+        claim = claimed(session, job.id)
+        rows = [MetricRow(s / 10, s, ("train", "eval")[s % 2], "loss", 1 / (s + 1)) for s in range(25)]
+        jobs_repo.add_metrics(session, job_id=job.id, rows=rows, claim=claim)
+        jobs_repo.add_event(session, job_id=job.id, message="hello", data={"a": [1, 2]}, claim=claim)
+
+    def page(table: str, job_id: int, **options: object) -> jobs_repo.CursorPage:
+        with db.engine.connect() as connection:
+            return jobs_repo.cursor_page(connection, table, job_id=job_id, **options)  # type: ignore[arg-type]
+
+    assert page("metrics", 10**9) == jobs_repo.CursorPage(False, None, [], False)  # no such job
+    assert page("metrics", empty.id) == jobs_repo.CursorPage(True, "bob", [], False)
+    with db.session() as session:
+        listed, more = jobs_repo.list_metrics(session, job_id=job.id, after=None, limit=10)
+        evals, _ = jobs_repo.list_metrics(session, job_id=job.id, split="eval", name="loss")
+        events, _ = jobs_repo.list_events(session, job_id=job.id)
+    first = page("metrics", job.id, limit=10)
+    assert (first.found, first.owner, first.has_more) == (True, "alice", more) and more
+    assert [(r["id"], r["step"], r["split"]) for r in first.rows] == [(m.id, m.step, m.split) for m in listed]
+    rest = page("metrics", job.id, after=first.rows[-1]["id"], limit=100)
+    assert [r["step"] for r in first.rows + rest.rows] == list(range(25)) and not rest.has_more
+    assert [r["id"] for r in page("metrics", job.id, split="eval", name="loss").rows] == [m.id for m in evals]
+    logged = page("events", job.id)
+    assert [(r["id"], r["message"], r["data"]) for r in logged.rows] == [
+        (e.id, e.message, e.data) for e in events
+    ]
+    assert logged.rows[-1]["data"] == {"a": [1, 2]}
+    with db.engine.connect() as connection:  # the pool's connection back in transactions (Postgres)
+        assert connection.get_isolation_level() != "AUTOCOMMIT"
+
+
 def test_checkpoints_mark_one_best_and_forget_rotated_ones(db: Database) -> None:
     with db.session() as session:
         job = jobs_repo.create_job(session, spec=SPEC)

@@ -22,7 +22,8 @@ import pytest
 
 from shared import jobs_repo
 from shared.core.config import Settings
-from shared.core.db import Database
+from shared.core.db import Database, read
+from shared.core.tables import Job, utcnow
 from tests.e2e import (
     all_metrics,
     free_port,
@@ -143,9 +144,12 @@ def test_a_worker_killed_during_an_outage_between_a_checkpoint_and_its_declarati
             assert (checkpoints_dir / "checkpoint-20").is_dir()  # published, never declared
             outage.end()
 
-            time.sleep(
-                settings.lease_s
-            )  # until the dead worker's lease has run out (it did not renew it since)
+            # Until the dead worker's lease has run out (it did not renew it since the outage began):
+            # the job's own deadline, not a whole lease from now.
+            with db.session() as session, read(session):
+                expires = session.get(Job, 1).lease_expires_at  # type: ignore[union-attr]
+            assert expires is not None
+            time.sleep(max(0.0, (expires - utcnow()).total_seconds()) + 0.5)
             run_worker_until_idle(settings, tmp_path / "second.log")
 
             final = get(client, "/v1/jobs/1")
