@@ -23,7 +23,15 @@ from shared.core.tables import Job, JobEvent, JobStatus
 from shared.core.tables import Worker as WorkerRow
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
-from worker.devices import DeviceError, DeviceLocks, cpu_slots, parse_devices, resolve_devices, visible_gpus
+from worker.devices import (
+    DeviceError,
+    DeviceLocks,
+    cpu_slots,
+    cpu_threads,
+    parse_devices,
+    resolve_devices,
+    visible_gpus,
+)
 
 TINY_JOB = {**QUICK_JOB, "seed": 3}
 
@@ -53,6 +61,21 @@ def test_devices_from_the_command_line_and_the_environment(monkeypatch: pytest.M
         resolve_devices("0,2,4", None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert resolve_devices(None, None) == ["cpu0"]  # no GPU: one CPU slot
+
+
+def test_jobs_on_cpu_slots_share_the_cores_one_process_a_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each process of a job on CPU slots gets the cores divided by the worker's slots (torch would
+    start a thread per core in each); a worker of one slot, a GPU job, or an OMP_NUM_THREADS the
+    operator set is left alone."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    four = cpu_slots(4)
+    assert cpu_threads(["cpu0"], four, cores=8) == {"OMP_NUM_THREADS": "2"}
+    assert cpu_threads(["cpu0", "cpu1"], four, cores=8) == {"OMP_NUM_THREADS": "2"}  # two processes
+    assert cpu_threads(["cpu3"], cpu_slots(16), cores=8) == {"OMP_NUM_THREADS": "1"}
+    assert cpu_threads(["cpu0"], cpu_slots(1), cores=8) == {}
+    assert cpu_threads(["0"], ["0", "1"], cores=8) == {}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert cpu_threads(["cpu0"], four, cores=8) == {}
 
 
 def test_a_gpu_lock_is_exclusive_until_its_holder_lets_go(tmp_path: Path) -> None:

@@ -201,6 +201,19 @@ class DevicePool:
             self._free.sort(key=self.devices.index)
 
 
+def cpu_threads(held: Sequence[str], pool: Sequence[str], cores: int | None = None) -> dict[str, str]:
+    """OMP_NUM_THREADS for a job's processes on CPU slots: the worker's cores shared among its slots
+    (one process a slot). torch otherwise starts a thread per core in every process, and with two
+    or more slots busy, OpenMP's spinning threads slow each other down many times over (two jobs
+    on two cores ran several times slower than one after the other). Nothing for a GPU job, a worker
+    of one slot (torch's default: every core), or an operator who set OMP_NUM_THREADS."""
+    slots = sum(is_cpu(d) for d in pool)
+    if "OMP_NUM_THREADS" in os.environ or slots <= 1 or not held or not all(is_cpu(d) for d in held):
+        return {}
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    return {"OMP_NUM_THREADS": str(max(1, cores // slots))}
+
+
 def cuda_visible_devices(devices: Sequence[str]) -> str:
     """CUDA_VISIBLE_DEVICES for a job holding these devices; empty (no GPU) for CPU slots."""
     return ",".join(d for d in devices if not is_cpu(d))

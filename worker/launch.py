@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -24,7 +24,7 @@ from shared.core.config import Settings
 from shared.core.tables import Job
 from worker.checkpoints import ATTEMPT_ENV
 from worker.determinism import job_environment
-from worker.devices import cuda_visible_devices
+from worker.devices import cpu_threads, cuda_visible_devices
 from worker.liveness import WORKER_PID_ENV
 
 
@@ -143,14 +143,18 @@ def child_environment(settings: Settings) -> dict[str, str]:
     return env
 
 
-def job_child_environment(settings: Settings, job: Job, devices: list[str]) -> dict[str, str]:
+def job_child_environment(
+    settings: Settings, job: Job, devices: list[str], pool: Sequence[str] = ()
+) -> dict[str, str]:
     """Everything one job's child starts with: the worker's environment and settings, the job's own
-    variables, only the GPUs it holds, the worker's pid, which the child watches so that it
-    never outlives its worker (worker/liveness.py), and the attempt, which names its checkpoints'
-    staging folders (worker/checkpoints.py)."""
+    variables, only the GPUs it holds (on CPU slots, its share of the cores among the worker's
+    `pool`), the worker's pid, which the child watches so that it never outlives its worker
+    (worker/liveness.py), and the attempt, which names its checkpoints' staging folders
+    (worker/checkpoints.py)."""
     return {
         **child_environment(settings),
         **job_environment(job.spec),
+        **cpu_threads(devices, pool),
         "CUDA_VISIBLE_DEVICES": cuda_visible_devices(devices),
         WORKER_PID_ENV: str(os.getpid()),
         ATTEMPT_ENV: str(job.attempts),

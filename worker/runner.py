@@ -332,7 +332,7 @@ class Worker:
     def launch(self, job: Job, devices: list[str], log_path: Path) -> ChildProcess:
         """Start a job's child: forked from the warm template when it can be, else in a fresh
         interpreter (one process, or `accelerate launch` for several)."""
-        env = job_child_environment(self.settings, job, devices)
+        env = job_child_environment(self.settings, job, devices, self.pool.devices)
         if self.warm is not None and self.warm.serves(job):
             return self.warm.launch(child_args(job, worker_id=self.worker_id), env, log_path)
         return SubprocessChild(child_command(job, worker_id=self.worker_id), env, log_path)
