@@ -57,6 +57,13 @@ def main() -> int:
     parser.add_argument("--pruner", choices=("median", "asha"), default="median")
     parser.add_argument("--seed", type=int, default=11, help="the sampler's seed, shared by both searches")
     parser.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="evaluations a trial makes before it may be pruned (median: n_warmup_steps; asha: "
+        "min_resource, at least 1)",
+    )
+    parser.add_argument(
         "--metric",
         default="accuracy",
         help="the objective the pruner judges (loss: continuous, where a weak model's accuracy ties); the "
@@ -79,7 +86,13 @@ def main() -> int:
         "seed": 1,
         **({"fast": True} if args.fast else {}),
     }
-    pruners = {"none": {"type": "none"}, args.pruner: {"type": args.pruner, "n_startup_trials": 2}}
+    patience = (
+        {"n_warmup_steps": args.warmup} if args.pruner == "median" else {"min_resource": max(1, args.warmup)}
+    )
+    pruners = {
+        "none": {"type": "none"},
+        args.pruner: {"type": args.pruner, "n_startup_trials": 2, **patience},
+    }
     with run_folder("search-bench-", keep=args.keep) as root:
         settings = bench_settings(root, search_poll_s=0.5, heartbeat_s=1.0, poll_interval_s=0.5)
         models = Path(settings.models_dir)
@@ -108,7 +121,8 @@ def main() -> int:
     print(
         f"model {args.model}, SST-2 {args.train_rows} train / {args.eval_rows} dev rows, "
         f"{args.epochs} epochs{', fast path' if args.fast else ''}, "
-        f"{args.trials} trials, {args.parallelism} at once on {args.workers} workers"
+        f"{args.trials} trials, {args.parallelism} at once on {args.workers} workers, pruner "
+        f"{json.dumps(pruners[args.pruner])}, objective {args.metric}"
     )
     for name, result in (("full (pruner none)", full), (f"pruned ({args.pruner})", pruned)):
         print(

@@ -205,6 +205,34 @@ def test_the_median_pruner_stops_a_trial_behind_the_others_by_the_cancel_path(
     assert client.post(f"/v1/searches/{search['id']}/cancel").status_code == 409
 
 
+def test_a_median_pruners_warmup_spares_that_many_first_evaluations(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    """n_warmup_steps=1: never pruned at the first evaluation, however far behind (evaluations count
+    from 1 here, Optuna's steps from 0: the driver shifts it), and pruned at the second."""
+    search = create(
+        client,
+        n_trials=3,
+        parallelism=1,
+        sampler={"type": "random"},
+        pruner={"type": "median", "n_startup_trials": 1, "n_warmup_steps": 1},
+    )
+    evaluate(db, search["job_ids"][0], [0.80, 0.85], finish=JobStatus.succeeded)
+    drive(db, settings)
+    second = search_of(client, search["id"])["job_ids"][1]
+    evaluate(db, second, [0.10])
+    drive(db, settings)
+    assert client.get(f"/v1/jobs/{second}").json()["status"] == "running"
+    with db.session() as session:
+        rows = [MetricRow(2.0, 4, "eval", "accuracy", 0.20)]
+        jobs_repo.add_metrics(
+            session, job_id=second, rows=rows, best_metric="accuracy", claim=jobs_repo.Claim(second, "w", 1)
+        )
+    drive(db, settings)
+    job = client.get(f"/v1/jobs/{second}").json()
+    assert job["status"] == "cancelling" and "at evaluation 2" in job["error"], job["error"]
+
+
 def test_successive_halving_prunes_at_its_rungs(client: TestClient, db: Database, settings: Settings) -> None:
     search = create(
         client,

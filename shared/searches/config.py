@@ -99,7 +99,9 @@ class Pruner(_Strict):
         default=2, ge=0, le=MAX_TRIALS, description="median: trials that finish before any is pruned"
     )
     n_warmup_steps: int = Field(
-        default=0, ge=0, description="median: evaluations a trial makes before it can be pruned"
+        default=0,
+        ge=0,
+        description="median: evaluations a trial makes before it can be pruned (1: never at its first)",
     )
     min_resource: int = Field(default=1, ge=1, description="asha: evaluations before the first rung")
     reduction_factor: int = Field(default=2, ge=2, le=10, description="asha: 1/reduction_factor go on")

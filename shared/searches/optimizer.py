@@ -73,8 +73,11 @@ def make_sampler(config: dict[str, Any], seed: int) -> optuna.samplers.BaseSampl
 def make_pruner(config: dict[str, Any]) -> optuna.pruners.BasePruner:
     kind = config["type"]
     if kind == "median":
+        # Evaluations are numbered from 1 (the driver reports evaluation k as step k), and Optuna
+        # prunes once step >= n_warmup_steps: shifted by one, so that a trial with n_warmup_steps=w
+        # is never pruned at its first w evaluations (as in Optuna's own steps, which count from 0).
         return optuna.pruners.MedianPruner(
-            n_startup_trials=config["n_startup_trials"], n_warmup_steps=config["n_warmup_steps"]
+            n_startup_trials=config["n_startup_trials"], n_warmup_steps=config["n_warmup_steps"] + 1
         )
     if kind in ("asha", "successive_halving"):
         return optuna.pruners.SuccessiveHalvingPruner(
