@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
+from schemathesis.core.parameters import ParameterLocation
 
 from shared.core.db import Database
 from shared.core.tables import Job
@@ -107,9 +108,13 @@ def _with_a_model_that_exists(case: schemathesis.Case) -> None:
     their own tests cover the refusals): such a model becomes the folder the models folder has, and
     such a task one the GLUE kit holds, so that schema-valid specs reach the database whatever the
     schema's shape does to the generated cases. Hub-shaped names stay, for the Hub's path (offline
-    here: accepted with a warning)."""
+    here: accepted with a warning). A schema-violating body is left as generated: the name may be
+    the part that violates the schema (too long), and replacing it would make the case valid while
+    schemathesis still expects a refusal."""
     spec = case.body.get("spec") if isinstance(case.body, dict) else None
-    if not isinstance(spec, dict):
+    if not isinstance(spec, dict) or (
+        case.meta is not None and case.meta.is_negative_at(ParameterLocation.BODY)
+    ):
         return
     name = spec.get("model_name_or_path")
     if isinstance(name, str) and not is_hub_id(name):

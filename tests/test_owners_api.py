@@ -75,6 +75,9 @@ def test_owners_list_and_quota_changes(api: httpx.Client, keyed: Settings) -> No
     )
     bad = api.patch("/v1/owners/alice", json={"share": 0}, headers=auth(ROOT))
     assert bad.status_code == 422 and "share" in bad.text
+    for field in ("max_queued", "share"):  # a boolean is not a limit of 1 (pydantic's lax mode)
+        boolean = api.patch("/v1/owners/alice", json={field: True}, headers=auth(ROOT))
+        assert boolean.status_code == 422 and field in boolean.text
     db = Database(keyed.database_url)
     with db.session() as session:
         entries, _ = audit.list_entries(session, after=None, limit=10)

@@ -49,7 +49,9 @@ class OwnerUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    share: float | None = Field(default=None, gt=0, le=1000, description="Fair share's weight")
-    max_devices: int | None = Field(default=None, ge=0, le=100_000)
-    max_queued: int | None = Field(default=None, ge=0, le=10_000_000)
-    max_device_hours_per_day: float | None = Field(default=None, ge=0, le=1e9)
+    # strict: `true` is not a limit of 1 (pydantic's lax mode reads a boolean as 0 or 1), nor 2.0 a
+    # count; numbers stay numbers (found by the schema fuzz).
+    share: float | None = Field(default=None, gt=0, le=1000, strict=True, description="Fair share's weight")
+    max_devices: int | None = Field(default=None, ge=0, le=100_000, strict=True)
+    max_queued: int | None = Field(default=None, ge=0, le=10_000_000, strict=True)
+    max_device_hours_per_day: float | None = Field(default=None, ge=0, le=1e9, strict=True)
