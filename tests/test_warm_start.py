@@ -20,7 +20,7 @@ from shared.core.db import Database
 from shared.core.tables import Job, JobStatus
 from tests.e2e import start_worker, wait_for
 from tests.kit import QUICK_JOB
-from worker.warm import WarmStarter
+from worker.warm import WarmStarter, take_the_thread_count
 
 SMALL = {**QUICK_JOB, "logging_steps": 1, "seed": 5}
 # Trains until it is stopped.
@@ -141,3 +141,19 @@ def test_a_local_tokenizers_fingerprint_is_remembered_and_follows_its_files(
     changed = AutoTokenizer.from_pretrained(folder)
     assert tokenizer_fingerprint(changed, memo_dir=memo) == tokenizer_fingerprint(changed) != computed
     assert len(list(memo.iterdir())) == 2
+
+
+def test_a_forked_job_takes_its_thread_count_from_its_environment() -> None:
+    """torch in the template read OMP_NUM_THREADS before the fork: the job's own count (its share of
+    a CPU worker's cores) is applied to it; a missing or malformed one leaves torch as it is."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        take_the_thread_count({"OMP_NUM_THREADS": "3"})
+        assert torch.get_num_threads() == 3
+        for ignored in ({}, {"OMP_NUM_THREADS": "0"}, {"OMP_NUM_THREADS": "two"}):
+            take_the_thread_count(ignored)
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

@@ -192,6 +192,16 @@ def _leave_the_template() -> None:
         atexit.unregister(template._exit_at_once)
 
 
+def take_the_thread_count(env: Mapping[str, str]) -> None:
+    """The job's OMP_NUM_THREADS (its share of a CPU worker's cores: worker/devices.cpu_threads) for
+    the torch the template imported before the fork, which a fresh interpreter reads from the
+    environment at start and a forked one never reads again."""
+    threads = env.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
 def run_forked_child(argv: list[str], env: dict[str, str], log_path: str) -> None:
     """The job's child, in the process the template forked: become a fresh job process, then run
     `python -m worker.child` in-process."""
@@ -205,6 +215,7 @@ def run_forked_child(argv: list[str], env: dict[str, str], log_path: str) -> Non
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # lines reach the log as written
     os.environ.clear()
     os.environ.update(env)
+    take_the_thread_count(env)
     template = sys.modules.get(TEMPLATE_MODULE)
     sys.stdout.write(
         f"warm start: job process {os.getpid()} forked from template {os.getppid()} "
