@@ -24,10 +24,11 @@ from gluejobs.cli import main
 from service.main import create_app
 from shared.core.config import Settings
 from shared.core.db import Database
+from shared.core.errors import JobFailed
 from shared.jobspec.spec import FAST_SETTINGS, JobSpec
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, make_spec
-from worker import throughput
+from worker import precision, throughput
 from worker.batches import pad_multiple
 from worker.data import in_row_order, longest_first, row_lengths
 from worker.modeling import head_in_fp32, load_model
@@ -261,13 +262,52 @@ def test_head_runs_in_fp32_under_autocast(train_settings: Settings) -> None:
 def test_bf16_job_on_cpu_pads_to_no_multiple_and_reports_its_fp32_modules(
     train_settings: Settings, tmp_path: Path
 ) -> None:
-    spec = make_spec(fast=True, max_train_samples=32, max_eval_samples=16)
+    spec = make_spec(bf16=True, group_by_length=True, max_train_samples=32, max_eval_samples=16)
     reporter = RecordingReporter()
     result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)
-    assert result["mixed_precision"] == "bf16"
+    assert result["mixed_precision"] == "bf16"  # asked for without fast: honoured on any CPU
     assert any("in fp32: bert.pooler, classifier" in line for line in reporter.logs)
     assert result["peak_flops_source"].startswith("measured") and "bfloat16" in result["peak_flops_source"]
     assert result["final_metrics"]["accuracy"] >= 0
+
+
+# --- bf16 where the CPU has it -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["bf16-cpu", "avx2-cpu"])
+def test_a_fast_job_trains_in_bf16_only_on_a_cpu_with_bf16_instructions(
+    native: bool, train_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Emulated bf16 took 24x as long as fp32 on an AVX2 CPU (worker/precision.py): the fast path
+    would have been the slow one there."""
+    monkeypatch.setattr("worker.training.cpu_has_native_bf16", lambda: native)
+    reporter = RecordingReporter()
+    spec = make_spec(fast=True, max_train_samples=16, max_eval_samples=8)
+    result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)
+    assert result["mixed_precision"] == ("bf16" if native else "no")
+    said = [line for line in reporter.logs if "bf16 instructions" in line]
+    assert said == (
+        [] if native else [precision.training_precision(spec, on_cuda=False, native_bf16=False).warning]
+    )
+    assert native == any("in fp32: bert.pooler, classifier" in line for line in reporter.logs)
+
+
+def test_the_precision_a_spec_trains_in_on_each_kind_of_device() -> None:
+    def on(spec: dict[str, Any], *, cuda: bool = False, native: bool = False) -> tuple[str, bool]:
+        chosen = precision.training_precision(
+            JobSpec.model_validate({**BASE, **spec}), on_cuda=cuda, native_bf16=native
+        )
+        return chosen.mixed_precision, chosen.warning is not None
+
+    assert on({}) == ("no", False)
+    assert on({"fast": True}, native=True) == ("bf16", False)
+    assert on({"fast": True}) == ("no", True)  # fast asks for speed: fp32 where bf16 is emulated
+    assert on({"bf16": True}) == ("bf16", True)  # asked for itself: honoured, and its cost said
+    assert on({"bf16": True}, native=True) == ("bf16", False)
+    assert on({"fast": True}, cuda=True) == ("bf16", False)
+    assert on({"fp16": True}, cuda=True) == ("fp16", False)
+    with pytest.raises(JobFailed, match="fp16 needs a CUDA GPU"):
+        on({"fp16": True})
 
 
 # --- shuffled length groups --------------------------------------------------------------------------------

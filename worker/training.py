@@ -40,6 +40,7 @@ from worker.glue_metric import compute_plan
 from worker.job_storage import JobStorage
 from worker.meter import LossWindow, Meter
 from worker.modeling import apply_lora, load_model, load_tokenizer, make_optimizer, resolve_model
+from worker.precision import cpu_has_native_bf16, training_precision
 from worker.progress import Progress
 from worker.run_checkpoints import RunCheckpoints, keep_model_files_in_checkpoints
 from worker.run_reports import MainProcessReporter, Reporter, log_model, log_schedule
@@ -74,13 +75,13 @@ def run_training(
     before they are declared (worker/job_storage.py; default: `output_dir` alone).
     """
     storage = storage or JobStorage.local_only(output_dir)
-    if spec.fp16 and not torch.cuda.is_available():
-        raise JobFailed("fp16 needs a CUDA GPU and this worker has none; use bf16 (it also runs on CPU)")
+    on_cuda = torch.cuda.is_available()
+    precision = training_precision(spec, on_cuda=on_cuda, native_bf16=on_cuda or cpu_has_native_bf16())
     trackers = tracking.trackers_for(spec, output_dir)
     accelerator = Accelerator(
         # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
-        cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available(),
-        mixed_precision=spec.mixed_precision,
+        cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and not on_cuda,
+        mixed_precision=precision.mixed_precision,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         # Each epoch's order follows from (seed, epoch), so a resumed run sees the same batches.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
@@ -94,6 +95,10 @@ def run_training(
             init_kwargs=tracking.init_kwargs(output_dir),
         )
     try:
+        if precision.warning:
+            MainProcessReporter(reporter, accelerator).log(
+                precision.warning, level="warning", data={"mixed_precision": precision.mixed_precision}
+            )
         with deterministic_kernels(spec.use_deterministic_algorithms):
             return _train(spec, settings, accelerator, storage, reporter, resume_from, stop_requested)
     finally:

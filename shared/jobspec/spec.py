@@ -110,7 +110,9 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 #   shuffle_length_groups   those batches in a random order, not Trainer's long-to-short runs (which
 #                           cost 0.7 points of SST-2 accuracy, median of three seeds)
 #   bf16                    bf16 autocast (CUDA with bf16, and CPUs: AVX512-BF16/AMX); the classifier
-#                           head, the loss, the weights and the optimizer's state stay fp32
+#                           head, the loss, the weights and the optimizer's state stay fp32. A CPU
+#                           without bf16 instructions emulates it many times slower than fp32: there
+#                           the worker trains a fast job in fp32 (worker/precision.py)
 #   group_eval_by_length    evaluation batches sorted by length, predictions put back in row order
 #   per_device_eval_batch_size 64: sorted batches waste little on padding, so larger ones are cheap
 #   optim                   the fused AdamW kernel (already the default)
