@@ -206,10 +206,13 @@ def test_result_accounts_for_tokens_and_flops(
     assert 0 < result["mfu"] <= result["hfu"] < 1
 
 
-def test_peak_flops_sources() -> None:
+def test_peak_flops_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     peak, source = throughput.peak_flops(torch.device("cpu"), "no", None)
     assert peak is not None and peak > 1e8 and source.startswith("measured: best of 5 1024×1024 float32")
     assert throughput.peak_flops(torch.device("cpu"), "bf16", 5e11) == (5e11, "GLUEJOBS_PEAK_FLOPS")
+    monkeypatch.setattr(throughput, "cpu_has_native_bf16", lambda: False)
+    peak, source = throughput.peak_flops(torch.device("cpu"), "bf16", None)
+    assert source.startswith("measured: best of 5 1024×1024 float32") and source.endswith("instructions)")
     names = [name for name, _, _ in throughput.GPU_PEAK_FLOPS]
     # First match wins, so no name may come after a shorter one it contains.
     for i, name in enumerate(names):
@@ -267,7 +270,11 @@ def test_bf16_job_on_cpu_pads_to_no_multiple_and_reports_its_fp32_modules(
     result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)
     assert result["mixed_precision"] == "bf16"  # asked for without fast: honoured on any CPU
     assert any("in fp32: bert.pooler, classifier" in line for line in reporter.logs)
-    assert result["peak_flops_source"].startswith("measured") and "bfloat16" in result["peak_flops_source"]
+    # The bf16 rate where the CPU has bf16 instructions; else fp32's (emulated bf16 is no peak).
+    source = result["peak_flops_source"]
+    native = precision.cpu_has_native_bf16()
+    assert source.startswith("measured") and ("bfloat16" in source) == native, source
+    assert source.endswith("(this CPU has no bf16 instructions)") != native, source
     assert result["final_metrics"]["accuracy"] >= 0
 
 

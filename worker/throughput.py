@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from worker.precision import cpu_has_native_bf16
+
 # Dense (no sparsity) peak FLOP/s per GPU from NVIDIA's datasheets: (bf16/fp16 tensor cores, fp32).
 # First match wins, so the longer names come before those they contain ("A100" before "A10").
 GPU_PEAK_FLOPS: tuple[tuple[str, float, float], ...] = (
@@ -94,10 +96,15 @@ def peak_flops(
                 return (tensor_peak if low_precision else fp32_peak), f"datasheet: {name}, dense {kind}"
         return None, f"unknown GPU {name!r}: set GLUEJOBS_PEAK_FLOPS"
     if device.type == "cpu":
-        dtype = torch.bfloat16 if mixed_precision == "bf16" else torch.float32
+        # Emulated bf16 (no AVX512-BF16/AMX) multiplies at a hundredth of fp32's rate (0.83 against
+        # 113 GFLOP/s on an AVX2 EPYC), and measuring it took 16 s: there the fp32 rate, what the
+        # hardware can do, is the peak.
+        bf16 = mixed_precision == "bf16" and cpu_has_native_bf16()
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        emulated = " (this CPU has no bf16 instructions)" if mixed_precision == "bf16" and not bf16 else ""
         return measure_matmul_flops(dtype), (
             f"measured: best of {_MEASURE_REPEATS} {_MEASURE_SIZE}×{_MEASURE_SIZE} "
-            f"{str(dtype).removeprefix('torch.')} matmuls on {torch.get_num_threads()} threads"
+            f"{str(dtype).removeprefix('torch.')} matmuls on {torch.get_num_threads()} threads{emulated}"
         )
     return None, f"no peak known for {device.type}: set GLUEJOBS_PEAK_FLOPS"
 
