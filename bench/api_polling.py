@@ -12,10 +12,12 @@ not refused):
    API's CPU per poll, and the same net of the CPU its background threads spend when nobody polls
    (measured for IDLE_SECONDS just before: on a loaded machine the pollers make few requests, and
    that CPU spread over them reads as a cost per poll);
-3. 50 open streams (GET /stream, resumed at the end with Last-Event-ID) on the large job while a
-   writer adds a metric row every 100 ms: delivery lag p50/p99 (commit → received, every stream's
-   copy), the same for the first of the 50 to receive each row (the reader's wake-up and read,
-   without the fan-out and this client's parsing of 50 copies), and the API's CPU per open stream.
+3. 50 open streams (GET /stream, resumed at the end with Last-Event-ID; `--streams N` for another
+   count, 1 for none of the fan-out) on the large job while a writer adds a metric row every 100 ms
+   for `--stream-seconds` (60: 600 rows): delivery lag p50/p99 (commit → received, every stream's
+   copy), the same for the first of the 50 to receive each row, the five slowest of those with when
+   their row was written (a tail that clusters in time points at its cause), and the API's CPU per
+   open stream.
 
 Progress goes to stderr phase by phase; `--parts` runs some of the three (e.g. `polls,streams`);
 `--profile PATH` runs the API under cProfile in all its threads (bench/profiled_api.py) for the
@@ -76,6 +78,7 @@ from shared.jobs_repo import Claim, MetricRow  # noqa: E402
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 CLIENTS = 50
 CROWD_SECONDS = 10.0
+STREAM_SECONDS = 60.0  # 600 rows: a p99 that is not one row's
 IDLE_SECONDS = 3.0
 WRITE_INTERVAL_S = 0.1
 # The benchmark's jobs are claimed by no real worker: a lease that outlasts the run.
@@ -179,7 +182,14 @@ async def pollers(
 
 
 async def streams(
-    base: str, headers: dict[str, str], db: Database, claim: Claim, resume_from: str, server: psutil.Process
+    base: str,
+    headers: dict[str, str],
+    db: Database,
+    claim: Claim,
+    resume_from: str,
+    server: psutil.Process,
+    seconds: float,
+    count: int,
 ) -> dict[str, Any]:
     job_id = claim.job_id
     committed: dict[int, float] = {}  # step → when its row was committed
@@ -194,7 +204,7 @@ async def streams(
         async with client.stream("GET", f"/v1/jobs/{job_id}/stream", headers=resume) as response:
             response.raise_for_status()
             opened += 1
-            if opened == CLIENTS:
+            if opened == count:
                 ready.set()
             event = None
             async for line in response.aiter_lines():
@@ -223,11 +233,11 @@ async def streams(
             step += 1
             stop.wait(WRITE_INTERVAL_S)
 
-    limits = httpx.Limits(max_connections=CLIENTS + 5, max_keepalive_connections=CLIENTS + 5)
+    limits = httpx.Limits(max_connections=count + 5, max_keepalive_connections=count + 5)
     async with httpx.AsyncClient(
         base_url=base, timeout=httpx.Timeout(60, read=None), limits=limits, headers=headers
     ) as client:
-        listeners = [asyncio.create_task(listen(client)) for _ in range(CLIENTS)]
+        listeners = [asyncio.create_task(listen(client)) for _ in range(count)]
         # A stream the API refused ends its task with the error: raise it rather than wait for the
         # 50th stream that will never open.
         opening = asyncio.create_task(ready.wait())
@@ -236,14 +246,14 @@ async def streams(
             if listener.done():
                 listener.result()
         if not ready.is_set():
-            raise SystemExit(f"only {opened} of {CLIENTS} streams opened within 60 s")
+            raise SystemExit(f"only {opened} of {count} streams opened within 60 s")
         await asyncio.sleep(1.0)  # settled: every stream has made its first read
         stop = threading.Event()
         writer = threading.Thread(target=write, args=(stop,), daemon=True)
         cpu_before = sum(server.cpu_times()[:2])
         started = time.perf_counter()
         writer.start()
-        await asyncio.sleep(CROWD_SECONDS)
+        await asyncio.sleep(seconds)
         stop.set()
         writer.join()
         await asyncio.sleep(2.0)  # the last rows' delivery
@@ -254,8 +264,13 @@ async def streams(
             jobs_repo.finish_job(session, claim=claim, status=JobStatus.cancelled)
         await asyncio.wait_for(asyncio.gather(*listeners), 30)
     first = [(seen - committed[step]) * 1000 for step, seen in first_seen.items()]
+    started_at = min(committed.values())
+    # The rows the first stream received last, with when (s into the run) they were committed: a
+    # tail that clusters at the start, or at a period, points at its cause.
+    timed = [(seen - committed[step], committed[step] - started_at) for step, seen in first_seen.items()]
+    slowest = [(round(lag * 1000, 1), round(at, 2)) for lag, at in sorted(timed, reverse=True)[:5]]
     return {
-        "streams": CLIENTS,
+        "streams": count,
         "rows_written": len(committed),
         "rows_delivered": len(lags),
         "stream_lag_p50_ms": percentile(lags, 0.50),
@@ -264,7 +279,8 @@ async def streams(
         # and this process's own parsing of 50 copies (which a starved client adds to the lag).
         "first_stream_lag_p50_ms": percentile(first, 0.50),
         "first_stream_lag_p99_ms": percentile(first, 0.99),
-        "api_cpu_percent_per_stream": round(100 * cpu / elapsed / CLIENTS, 3),
+        "first_stream_slowest_ms_at_s": slowest,
+        "api_cpu_percent_per_stream": round(100 * cpu / elapsed / count, 3),
         "api_cpu_percent_50_streams": round(100 * cpu / elapsed, 1),
     }
 
@@ -320,6 +336,15 @@ def main() -> int:
         "the API's pstats there (its top functions go to the API's log, printed at the end)",
     )
     parser.add_argument(
+        "--stream-seconds",
+        type=float,
+        default=STREAM_SECONDS,
+        help="how long the writer adds a row every 100 ms while the 50 streams follow the job",
+    )
+    parser.add_argument(
+        "--streams", type=int, default=CLIENTS, help="how many streams follow the job (1: no fan-out)"
+    )
+    parser.add_argument(
         "--parts",
         default="reads,polls,streams",
         help="which parts to run: reads (one client), polls (the pollers and the floor), streams",
@@ -345,8 +370,9 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
         if args.postgres:
             url = cleanup.enter_context(scratch_postgres(args.postgres, f"bench_poll_{os.getpid()}"))
         # 50 streams of one key: above the default cap (20 per key), which would refuse 30 of them.
+        cap = max(CLIENTS, args.streams)
         settings = bench_settings(
-            root, database_url=url, rate_reads_per_minute=READS_PER_MINUTE, max_streams_per_key=CLIENTS
+            root, database_url=url, rate_reads_per_minute=READS_PER_MINUTE, max_streams_per_key=cap
         )
         db = Database(settings.database_url)
         cleanup.callback(db.dispose)
@@ -431,7 +457,9 @@ def measure(
         figures["api_cpu_per_poll_over_floor"] = round(polled["api_cpu_ms_per_poll"] / floor, 2)
         figures["net_of_idle_over_floor"] = round(polled["api_cpu_ms_per_poll_net_of_idle"] / floor, 2)
     if "streams" in parts:
-        figures.update(asyncio.run(streams(base, headers, db, large, f"{last_metric}.{last_event}", server)))
+        resume = f"{last_metric}.{last_event}"
+        followed = streams(base, headers, db, large, resume, server, args.stream_seconds, args.streams)
+        figures.update(asyncio.run(followed))
     figures["load_average"] = load_average()
     return figures
 
