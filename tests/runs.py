@@ -20,6 +20,7 @@ class RecordingReporter:
 
     logs: list[str] = field(default_factory=list)
     log_data: list[dict[str, Any]] = field(default_factory=list)
+    log_levels: list[str] = field(default_factory=list)
     rows: list[tuple[int, float, str, str, float]] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[int] = field(default_factory=list)
@@ -27,6 +28,7 @@ class RecordingReporter:
     def log(self, message: str, *, level: str = "info", data: dict[str, Any] | None = None) -> None:
         self.logs.append(message)
         self.log_data.append(data or {})
+        self.log_levels.append(level)
 
     def metrics(
         self, *, step: int, epoch: float, split: str, values: dict[str, float], best_metric: str | None = None

@@ -278,7 +278,7 @@ def test_bf16_job_on_cpu_pads_to_no_multiple_and_reports_its_fp32_modules(
     assert result["final_metrics"]["accuracy"] >= 0
 
 
-# --- bf16 where the CPU has it -------------------------------------------------------------------------
+# --- bf16 where the device has it ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["bf16-cpu", "avx2-cpu"])
@@ -287,34 +287,56 @@ def test_a_fast_job_trains_in_bf16_only_on_a_cpu_with_bf16_instructions(
 ) -> None:
     """Emulated bf16 took 24x as long as fp32 on an AVX2 CPU (worker/precision.py): the fast path
     would have been the slow one there."""
-    monkeypatch.setattr("worker.training.cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
     reporter = RecordingReporter()
     spec = make_spec(fast=True, max_train_samples=16, max_eval_samples=8)
     result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)
     assert result["mixed_precision"] == ("bf16" if native else "no")
-    said = [line for line in reporter.logs if "bf16 instructions" in line]
-    assert said == (
-        [] if native else [precision.training_precision(spec, on_cuda=False, native_bf16=False).warning]
-    )
+    said = [
+        (message, level, data)
+        for message, level, data in zip(reporter.logs, reporter.log_levels, reporter.log_data, strict=True)
+        if level == "warning"
+    ]
+    fp32_instead = precision.training_precision(spec, device=precision.CPU, native_bf16=False)
+    assert said == ([] if native else [(fp32_instead.warning, "warning", {"mixed_precision": "no"})])
     assert native == any("in fp32: bert.pooler, classifier" in line for line in reporter.logs)
 
 
 def test_the_precision_a_spec_trains_in_on_each_kind_of_device() -> None:
-    def on(spec: dict[str, Any], *, cuda: bool = False, native: bool = False) -> tuple[str, bool]:
-        chosen = precision.training_precision(
-            JobSpec.model_validate({**BASE, **spec}), on_cuda=cuda, native_bf16=native
-        )
+    def on(spec: dict[str, Any], device: str = precision.CPU, *, native: bool = False) -> tuple[str, bool]:
+        job = JobSpec.model_validate({**BASE, **spec})
+        chosen = precision.training_precision(job, device=device, native_bf16=native)
         return chosen.mixed_precision, chosen.warning is not None
 
     assert on({}) == ("no", False)
     assert on({"fast": True}, native=True) == ("bf16", False)
     assert on({"fast": True}) == ("no", True)  # fast asks for speed: fp32 where bf16 is emulated
+    assert on({"fast": True, "bf16": True}) == ("no", True)  # the stored spec cannot tell them apart
     assert on({"bf16": True}) == ("bf16", True)  # asked for itself: honoured, and its cost said
     assert on({"bf16": True}, native=True) == ("bf16", False)
-    assert on({"fast": True}, cuda=True) == ("bf16", False)
-    assert on({"fp16": True}, cuda=True) == ("fp16", False)
+    assert on({"fast": True}, precision.CUDA, native=True) == ("bf16", False)
+    assert on({"fast": True}, precision.CUDA) == ("no", True)  # a T4 or V100 emulates bf16 too
+    assert on({"fp16": True}, precision.CUDA) == ("fp16", False)
+    assert on({"fast": True, "fp16": True}, precision.CUDA) == ("fp16", False)
+    assert on({"fast": True}, precision.OTHER) == ("bf16", False)  # MPS, XPU: accelerate's to check
     with pytest.raises(JobFailed, match="fp16 needs a CUDA GPU"):
         on({"fp16": True})
+
+
+def test_only_x86_cpus_without_the_instructions_count_as_emulating_bf16(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert precision.cpu_has_native_bf16() is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)  # AMX without AVX512-BF16
+    assert precision.cpu_has_native_bf16() is True
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert precision.cpu_has_native_bf16() is True  # a torch without the probes: as before the check
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")
+    assert precision.cpu_has_native_bf16() is True  # the probes know x86 only
 
 
 # --- shuffled length groups --------------------------------------------------------------------------------

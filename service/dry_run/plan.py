@@ -322,6 +322,8 @@ def memory_estimate(
     head = 0 if has_head else hidden * num_labels + num_labels
     parameters = backbone + head
     trainable = _lora_parameters(spec, shapes, hidden, layers) + head if spec.apply_lora else parameters
+    # The spec's precision: a worker without bf16 units trains a `fast` job in fp32
+    # (worker/precision.py), which this plan cannot know; the estimate is then low on activations.
     mixed = spec.mixed_precision != "no"
     sequence = spec.max_length if spec.pad_to_max_length or longest is None else longest
     batch = spec.per_device_train_batch_size
