@@ -345,6 +345,13 @@ def main() -> int:
         "--streams", type=int, default=CLIENTS, help="how many streams follow the job (1: no fan-out)"
     )
     parser.add_argument(
+        "--pin-api",
+        action="store_true",
+        help="the API's threads on the first CPU, this process and the Postgres server on the others: "
+        "whether a lag's tail is the API's or the machine's (the benchmark's clients and writer, and "
+        "the database, competing with the API for two cores)",
+    )
+    parser.add_argument(
         "--parts",
         default="reads,polls,streams",
         help="which parts to run: reads (one client), polls (the pollers and the floor), streams",
@@ -402,6 +409,8 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
             assert stack.api is not None
             headers = {"Authorization": f"Bearer {secret}"}
             server = psutil.Process(stack.api.pid)
+            if args.pin_api:
+                pin_api(server)
             if not args.profile:
                 return measure(stack.url, headers, db, server, small_claim, large_claim, args)
             large = large_claim.job_id
@@ -412,6 +421,25 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
         # The API has ended (its profile written): its log holds the top functions.
         print((root / "logs" / "api.log").read_text(), file=sys.stderr)
         return {"benchmark": "api-polling", "database": db.dialect, "profiled": str(args.profile), **figures}
+
+
+def pin_api(server: psutil.Process) -> None:
+    """`--pin-api`: every thread of the API on CPU 0 (threads it starts later inherit it); this process
+    and every Postgres process on the rest. Linux only (sched_setaffinity per thread)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-api needs two CPUs or more")
+    api, rest = {cpus[0]}, set(cpus[1:])
+    for thread in server.threads():
+        os.sched_setaffinity(thread.id, api)
+    for thread in psutil.Process().threads():
+        os.sched_setaffinity(thread.id, rest)
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] and process.info["name"].startswith("postgres"):
+            with contextlib.suppress(psutil.Error, PermissionError):
+                for thread in process.threads():
+                    os.sched_setaffinity(thread.id, rest)
+    note("pinned", {"api_cpus": sorted(api), "others_cpus": sorted(rest)})
 
 
 def measure(
@@ -461,6 +489,7 @@ def measure(
         followed = streams(base, headers, db, large, resume, server, args.stream_seconds, args.streams)
         figures.update(asyncio.run(followed))
     figures["load_average"] = load_average()
+    figures["api_pinned"] = args.pin_api
     return figures
 
 

@@ -100,7 +100,9 @@ def scripted_server(script: Script) -> Iterator[tuple[str, Recorder]]:
     server = _Server(("127.0.0.1", 0), Exchange)
     server.script = script
     server.recorder = Recorder()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next look at its flag: half a second by default, which
+    # was most of each test that starts one of these.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", server.recorder

