@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -97,10 +98,28 @@ def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None
         logger.warning("could not sweep the store's orphaned uploads (%s); the next start will", what)
 
 
+_startup_frozen = False
+
+
+def _freeze_startup_objects() -> None:
+    """Once a process: what it holds when the API starts (modules, the app, its routes and schemas,
+    about 200,000 objects) is moved out of the cyclic garbage collector's sight with gc.freeze,
+    CPython's tool for this. A full collection walked them all, about 100 ms on a 2-core Xeon, every
+    dozen seconds while streams were open, and held every stream's next row back that long: the
+    slowest rows of bench/api_polling.py's streams came every 13 s (docs/benchmarks.md). What is
+    allocated later is collected as before; refcounting still frees frozen objects that die."""
+    global _startup_frozen
+    if not _startup_frozen:
+        _startup_frozen = True
+        gc.collect()  # today's garbage goes first: a frozen cycle would never be collected
+        gc.freeze()
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """While the API serves: the webhook dispatcher sends due deliveries in the background, and the
     search driver (GLUEJOBS_SEARCH_DRIVER) drives searches, handing them back when it stops."""
+    _freeze_startup_objects()
     settings = app.state.settings
     driver = SearchDriverThread(app.state.db, settings) if settings.search_driver else None
     if driver is not None:
