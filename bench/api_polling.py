@@ -48,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -410,7 +411,7 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
             headers = {"Authorization": f"Bearer {secret}"}
             server = psutil.Process(stack.api.pid)
             if args.pin_api:
-                pin_api(server)
+                cleanup.callback(pin_api(server))
             if not args.profile:
                 return measure(stack.url, headers, db, server, small_claim, large_claim, args)
             large = large_claim.job_id
@@ -423,23 +424,37 @@ def run(args: argparse.Namespace, source: Path | None) -> dict[str, object]:
         return {"benchmark": "api-polling", "database": db.dialect, "profiled": str(args.profile), **figures}
 
 
-def pin_api(server: psutil.Process) -> None:
+def pin_api(server: psutil.Process) -> Callable[[], None]:
     """`--pin-api`: every thread of the API on CPU 0 (threads it starts later inherit it); this process
-    and every Postgres process on the rest. Linux only (sched_setaffinity per thread)."""
+    and every Postgres process on the rest. Linux only (sched_setaffinity per thread). Returns what
+    puts every thread it moved back: Postgres's postmaster passes its affinity to every backend it
+    starts later, so a pin left behind would outlive the run."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit("--pin-api needs two CPUs or more")
     api, rest = {cpus[0]}, set(cpus[1:])
-    for thread in server.threads():
-        os.sched_setaffinity(thread.id, api)
-    for thread in psutil.Process().threads():
-        os.sched_setaffinity(thread.id, rest)
+    moved: dict[int, set[int]] = {}
+
+    def pin(threads: list[Any], to: set[int]) -> None:
+        for thread in threads:
+            with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+                moved.setdefault(thread.id, os.sched_getaffinity(thread.id))
+                os.sched_setaffinity(thread.id, to)
+
+    pin(server.threads(), api)
+    pin(psutil.Process().threads(), rest)
     for process in psutil.process_iter(["name"]):
         if process.info["name"] and process.info["name"].startswith("postgres"):
-            with contextlib.suppress(psutil.Error, PermissionError):
-                for thread in process.threads():
-                    os.sched_setaffinity(thread.id, rest)
-    note("pinned", {"api_cpus": sorted(api), "others_cpus": sorted(rest)})
+            with contextlib.suppress(psutil.Error):
+                pin(process.threads(), rest)
+    note("pinned", {"api_cpus": sorted(api), "others_cpus": sorted(rest), "threads": len(moved)})
+
+    def restore() -> None:
+        for thread_id, affinity in moved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(thread_id, affinity)
+
+    return restore
 
 
 def measure(

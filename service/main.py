@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -107,9 +108,14 @@ def _freeze_startup_objects() -> None:
     CPython's tool for this. A full collection walked them all, about 100 ms on a 2-core Xeon, every
     dozen seconds while streams were open, and held every stream's next row back that long: the
     slowest rows of bench/api_polling.py's streams came every 13 s (docs/benchmarks.md). What is
-    allocated later is collected as before; refcounting still frees frozen objects that die."""
+    allocated later is collected as before; refcounting still frees frozen objects that die, but a
+    frozen object that later becomes part of a garbage cycle stays.
+
+    Only where the API owns the process: uvicorn runs the lifespan in the main thread. An API
+    embedded in another program (a test's server thread, TestClient's portal) leaves that
+    program's heap alone."""
     global _startup_frozen
-    if not _startup_frozen:
+    if not _startup_frozen and threading.current_thread() is threading.main_thread():
         _startup_frozen = True
         gc.collect()  # today's garbage goes first: a frozen cycle would never be collected
         gc.freeze()

@@ -288,6 +288,7 @@ def test_a_fast_job_trains_in_bf16_only_on_a_cpu_with_bf16_instructions(
     """Emulated bf16 took 24x as long as fp32 on an AVX2 CPU (worker/precision.py): the fast path
     would have been the slow one there."""
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr("worker.training.training_device", lambda: precision.CPU)  # on a GPU host too
     reporter = RecordingReporter()
     spec = make_spec(fast=True, max_train_samples=16, max_eval_samples=8)
     result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)

@@ -40,7 +40,7 @@ from worker.glue_metric import compute_plan
 from worker.job_storage import JobStorage
 from worker.meter import LossWindow, Meter
 from worker.modeling import apply_lora, load_model, load_tokenizer, make_optimizer, resolve_model
-from worker.precision import CUDA, has_native_bf16, training_device, training_precision
+from worker.precision import CPU, CUDA, has_native_bf16, training_device, training_precision
 from worker.progress import Progress
 from worker.run_checkpoints import RunCheckpoints, keep_model_files_in_checkpoints
 from worker.run_reports import MainProcessReporter, Reporter, log_model, log_schedule
@@ -76,11 +76,13 @@ def run_training(
     """
     storage = storage or JobStorage.local_only(output_dir)
     device = training_device()
+    # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
+    forced_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and device != CUDA
+    device = CPU if forced_cpu else device
     precision = training_precision(spec, device=device, native_bf16=has_native_bf16(device))
     trackers = tracking.trackers_for(spec, output_dir)
     accelerator = Accelerator(
-        # Several processes and no GPU: accelerate runs them on the CPU over gloo only when told so.
-        cpu=int(os.environ.get("WORLD_SIZE", "1")) > 1 and device != CUDA,
+        cpu=forced_cpu,
         mixed_precision=precision.mixed_precision,
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         # Each epoch's order follows from (seed, epoch), so a resumed run sees the same batches.
