@@ -10,6 +10,11 @@ cache, as the reference script does. The table gives per mode the median and the
     python bench/speed_bench.py                                  # 3 seeds × faithful + fast
     python bench/speed_bench.py --train-rows 1000 --seeds 42     # a quick look
     python bench/speed_bench.py --modes faithful,grouped,fast    # any modes of MODES
+    python bench/speed_bench.py --modes script,faithful,fast     # ratios to the reference script
+
+`script` runs bench/reference_script.py (run_glue_no_trainer.py's training, restated to run offline)
+on the same rows and seed in a process of its own, with the worker's environment; as the first mode
+it is what the ratios are taken against.
     python bench/speed_bench.py --gpu-roberta                    # on a GPU machine: see below
 
 --gpu-roberta (a machine with a CUDA GPU; no network needed): a roberta-base-sized encoder
@@ -26,6 +31,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,6 +61,7 @@ MODES: dict[str, dict[str, Any]] = {
     "grouped_bf16": {"group_by_length": True, "bf16": True},
     "fast": {"fast": True},
 }
+SCRIPT = "script"  # bench/reference_script.py, not a job
 ROBERTA_BASE_SIZED = "roberta-base-sized"
 # The figures of a job's result the table reports, and how each is printed.
 FIGURES = (
@@ -90,7 +97,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--modes", default="faithful,fast", help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument(
+        "--modes", default="faithful,fast", help=f"comma-separated, of {', '.join([SCRIPT, *MODES])}"
+    )
     parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
     parser.add_argument("--train-rows", type=int, default=8000, help="SST-2's first N train rows")
     parser.add_argument("--gpu-roberta", action="store_true", help="a roberta-base-sized model (GPU)")
@@ -107,9 +116,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in MODES and m != SCRIPT]
     if unknown:
-        parser.error(f"unknown mode {unknown[0]!r}; expected one of {', '.join(MODES)}")
+        parser.error(f"unknown mode {unknown[0]!r}; expected one of {', '.join([SCRIPT, *MODES])}")
     if args.gpu_roberta and args.modes == parser.get_default("modes"):
         modes = ["fast"]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -140,8 +149,12 @@ def main() -> int:
         ):
             for seed in seeds:
                 for mode in modes:
-                    shutil.rmtree(settings.cache_dir, ignore_errors=True)  # a cold cache, like the script
-                    run = _run_job(client, {**base_spec(args, seed), **MODES[mode]})
+                    if mode == SCRIPT:
+                        model = settings.models_dir / MODEL_NAME
+                        run = _run_script(model, seed, args.train_rows, env)
+                    else:
+                        shutil.rmtree(settings.cache_dir, ignore_errors=True)  # a cold cache, like the script
+                        run = _run_job(client, {**base_spec(args, seed), **MODES[mode]})
                     run.update(mode=mode, seed=seed)
                     runs[mode].append(run)
                     print(json.dumps(run), flush=True)
@@ -182,6 +195,18 @@ def _run_job(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
         },
     )
     return run
+
+
+def _run_script(model: Path, seed: int, train_rows: int, env: dict[str, str]) -> dict[str, Any]:
+    """bench/reference_script.py on the same rows and seed, in the worker's environment."""
+    load_before = load_average()
+    command = [sys.executable, str(REPO / "bench" / "reference_script.py"), "--model", str(model)]
+    command += ["--seed", str(seed), "--train-rows", str(train_rows)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"status": "failed", "error": done.stderr[-2000:], "load": load_before}
+    return {**json.loads(lines[-1]), "load": f"{load_before} -> {load_average()}"}
 
 
 def table(runs: dict[str, list[dict[str, Any]]]) -> str:
