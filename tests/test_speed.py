@@ -28,7 +28,7 @@ from shared.core.errors import JobFailed
 from shared.jobspec.spec import FAST_SETTINGS, JobSpec
 from tests.e2e import LOOPBACK_URL
 from tests.runs import RecordingReporter, make_spec
-from worker import precision, throughput
+from worker import fast_dropout, precision, throughput
 from worker.batches import pad_multiple
 from worker.data import in_row_order, longest_first, row_lengths
 from worker.modeling import head_in_fp32, load_model
@@ -50,6 +50,8 @@ def test_fast_fills_in_the_documented_settings_and_given_values_win() -> None:
         "group_eval_by_length": True,
         "per_device_eval_batch_size": 64,
         "optim": "adamw_torch_fused",
+        "freeze_word_embeddings": True,
+        "fast_dropout": True,
     }
     # What is stored validates to itself (every value is explicit now).
     assert JobSpec.model_validate(spec.model_dump(mode="json")) == spec
@@ -69,6 +71,11 @@ def test_fast_fills_in_the_documented_settings_and_given_values_win() -> None:
         False,
         False,
     )
+    assert not plain.freeze_word_embeddings and not plain.fast_dropout
+    # Each lever can be left out of the fast path by name.
+    levers_off = {"freeze_word_embeddings": False, "fast_dropout": False}
+    kept = JobSpec.model_validate({**BASE, "fast": True, **levers_off})
+    assert (kept.freeze_word_embeddings, kept.fast_dropout, kept.group_by_length) == (False, False, True)
 
 
 def test_the_api_stores_what_fast_set(settings: Settings, db: Database) -> None:
@@ -369,3 +376,83 @@ def test_shuffled_length_groups_are_trainers_batches_in_another_order() -> None:
 def test_shuffle_length_groups_needs_group_by_length() -> None:
     with pytest.raises(ValidationError, match="shuffle_length_groups needs group_by_length"):
         JobSpec.model_validate({**BASE, "shuffle_length_groups": True})
+
+
+# --- the fast path's CPU levers: PCG64 dropout masks, a frozen word-embedding table -----------------------
+
+
+def test_pcg_dropout_has_torch_dropouts_law_and_gradient() -> None:
+    layer = fast_dropout.PcgDropout(0.1, fast_dropout.MaskSource(seed=7, process_index=0))
+    layer.source.at_step(0)
+    x = torch.ones(64, 32, 128, requires_grad=True)
+    y = layer(x)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - 0.1) < 0.005  # 262,144 draws: the 0.005 bound is 10 sigma
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    y.sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, y.detach())  # d(x·factor)/dx = factor
+    # bf16 under autocast keeps its dtype; eval mode and p = 0 are the identity.
+    assert layer(torch.ones(4, 8, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    layer.eval()
+    assert layer(x) is x
+    assert fast_dropout.PcgDropout(0.0, layer.source).train()(x) is x
+
+
+def test_pcg_dropout_masks_follow_from_seed_process_and_step() -> None:
+    """A resumed run re-seeds at its step and draws the masks the uninterrupted run drew."""
+
+    def masks(seed: int, process: int, steps: list[int]) -> list[torch.Tensor]:
+        source = fast_dropout.MaskSource(seed, process)
+        drawn = []
+        for step in steps:
+            source.at_step(step)
+            drawn.append(source.keep(torch.Size([1000]), 0.5))
+        return drawn
+
+    straight = masks(42, 0, [0, 0, 1, 2])  # step 0 has two micro-batches: two different masks
+    assert not torch.equal(straight[0], straight[1])
+    assert torch.equal(masks(42, 0, [2])[0], straight[3])  # resumed at step 2
+    assert not torch.equal(masks(43, 0, [2])[0], straight[3])
+    assert not torch.equal(masks(42, 1, [2])[0], straight[3])  # each process its own masks
+
+
+def test_install_swaps_plain_dropout_layers_and_changes_no_weights(train_settings: Settings) -> None:
+    model = load_model(str(train_settings.models_dir / "tiny-bert"), num_labels=2, label_names=None)
+    plain = [name for name, m in model.named_modules() if type(m) is torch.nn.Dropout]
+    keys = set(model.state_dict())
+    _, swapped = fast_dropout.install(model, seed=1, process_index=0)
+    assert swapped == len(plain) > 0
+    assert not [name for name, m in model.named_modules() if type(m) is torch.nn.Dropout]
+    assert all(isinstance(dict(model.named_modules())[name], fast_dropout.PcgDropout) for name in plain)
+    assert set(model.state_dict()) == keys
+
+
+def test_fast_dropout_is_refused_by_a_warning_off_the_cpu() -> None:
+    reporter = RecordingReporter()
+    cuda = SimpleNamespace(device=torch.device("cuda"), is_main_process=True, process_index=0)
+    report = fast_dropout.MainProcessReporter(reporter, cuda)  # type: ignore[arg-type]
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1))
+    assert fast_dropout.for_job(model, True, cuda, seed=1, report=report) is None  # type: ignore[arg-type]
+    assert type(model[1]) is torch.nn.Dropout
+    assert reporter.log_levels == ["warning"] and "CPU only" in reporter.logs[0]
+
+
+def test_a_fast_job_keeps_its_word_embeddings_and_draws_pcg_masks(
+    train_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors.torch import load_file
+
+    monkeypatch.setattr("worker.training.training_device", lambda: precision.CPU)  # on a GPU host too
+    reporter = RecordingReporter()
+    spec = make_spec(fast=True, max_train_samples=32, max_eval_samples=8)
+    result = run_training(spec, train_settings, output_dir=tmp_path / "run", reporter=reporter)
+    assert any(line.startswith("fast_dropout: ") and "dropout layers" in line for line in reporter.logs)
+    loaded = load_model(str(train_settings.models_dir / "tiny-bert"), num_labels=2, label_names=None)
+    table = loaded.get_input_embeddings().weight
+    assert result["total_params"] - result["trainable_params"] == table.numel()
+    trained = load_file(tmp_path / "run" / "model.safetensors")
+    name = next(k for k in trained if k.endswith("word_embeddings.weight"))
+    assert torch.equal(trained[name], table.detach())
+    # The rest trained: the position embeddings moved.
+    position = next(k for k in trained if k.endswith("position_embeddings.weight"))
+    assert not torch.equal(trained[position], loaded.state_dict()[position])

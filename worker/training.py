@@ -32,7 +32,7 @@ from shared.jobspec.metric_rules import MetricPlan, metric_plan, ranking_metric
 from shared.jobspec.schedule import Schedule, spec_schedule
 from shared.jobspec.spec import JobSpec
 from shared.jobspec.tasks import EVAL_SPLIT, TRAIN_SPLIT
-from worker import outputs, tracking
+from worker import fast_dropout, outputs, tracking
 from worker.batches import epoch_batches, make_dataloaders, pad_multiple
 from worker.data import RawData, TokenizedData, in_row_order, load_raw_data, tokenize_data
 from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
@@ -142,6 +142,7 @@ def _train(
     )
     # The model, its optimizer and learning-rate schedule, prepared for this machine's processes.
     model = _build_model(model_source, spec, raw, num_labels)
+    masks = fast_dropout.for_job(model, spec.fast_dropout, accelerator, seed=seed, report=report)
     counts = log_model(model, accelerator, report)
     optimizer = make_optimizer(
         model,
@@ -185,6 +186,7 @@ def _train(
         Meter(accelerator),
         report,
         saved,
+        masks,
     )
     start_epoch, skip = 0, 0
     if resume_from is not None:
@@ -238,6 +240,7 @@ class _Run:
     meter: Meter
     report: MainProcessReporter
     saved: RunCheckpoints
+    masks: fast_dropout.MaskSource | None  # the dropout layers' generator under fast_dropout
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -287,6 +290,8 @@ def train_step(
     and the gradients' norm before clipping when this step clipped them."""
     accelerator = run.accelerator
     grad_norm = None
+    if run.masks is not None:
+        run.masks.at_step(run.progress.completed_steps)
     with accelerator.accumulate(run.model):
         loss = run.model(**batch).loss
         accelerator.backward(loss)
@@ -483,6 +488,8 @@ def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int
     # The name the job gave, not this worker's path to it: PEFT names the base by it in the adapter's
     # adapter_config.json and model card, so that a downloaded adapter finds its base elsewhere.
     model.name_or_path = model.config.name_or_path = spec.model_name_or_path
+    if spec.freeze_word_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
     if not spec.apply_lora:
         return model
     return apply_lora(
