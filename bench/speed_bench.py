@@ -11,11 +11,11 @@ cache, as the reference script does. The table gives per mode the median and the
     python bench/speed_bench.py --train-rows 1000 --seeds 42     # a quick look
     python bench/speed_bench.py --modes faithful,grouped,fast    # any modes of MODES
     python bench/speed_bench.py --modes script,faithful,fast     # ratios to the reference script
+    python bench/speed_bench.py --gpu-roberta                    # on a GPU machine: see below
 
 `script` runs bench/reference_script.py (run_glue_no_trainer.py's training, restated to run offline)
 on the same rows and seed in a process of its own, with the worker's environment; as the first mode
 it is what the ratios are taken against.
-    python bench/speed_bench.py --gpu-roberta                    # on a GPU machine: see below
 
 --gpu-roberta (a machine with a CUDA GPU; no network needed): a roberta-base-sized encoder
 (12 layers, hidden 768, 12 heads, 3072 intermediate; randomly initialised, MiniLM's tokenizer)
