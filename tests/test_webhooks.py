@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -86,12 +87,51 @@ def verified(secret: str, request: Any) -> dict[str, Any]:
         ("0.0.0.0", "unspecified"),
         ("240.0.0.1", "reserved"),
         ("100.64.0.1", "not globally routable"),
+        ("198.18.0.1", "private"),
+        ("192.0.2.1", "private"),
+        ("fc00::1", "private"),
+        ("2001:db8::1", "private"),
+        ("ff02::1", "multicast"),
+        ("::", "unspecified"),
+        ("fec0::1", "site-local"),  # deprecated site-local: 3.11's is_global lets it through
+        ("64:ff9b:1::1", "reserved"),  # NAT64 for local use (RFC 8215)
+        # IPv6 transition forms: the IPv4 address they carry decides (issue 32).
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("2002:a00:1::1", "private"),  # 6to4 of 10.0.0.1
+        ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of 169.254.169.254
+        ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+        ("::ffff:10.0.0.1", "private"),
+        ("::ffff:169.254.169.254", "link-local"),
+        ("::127.0.0.1", "loopback"),  # IPv4-compatible (deprecated)
+        ("::8.8.8.8", "reserved"),  # IPv4-compatible of a public address: ::/8 itself is reserved
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),  # Teredo, client 127.0.0.1
+        (
+            "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+            "private",
+        ),  # Teredo, client 8.8.8.8: 2001::/32 is not global
         ("93.184.216.34", None),
         ("2606:4700::1111", None),
+        ("::ffff:93.184.216.34", None),  # the IPv4 address itself, through the kernel
+        ("64:ff9b::5db8:d822", None),  # NAT64 of 93.184.216.34, through a NAT64 gateway
     ],
 )
 def test_address_rules(address: str, rule: str | None) -> None:
     assert address_rule(ipaddress.ip_address(address)) == rule
+
+
+def test_a_transition_form_is_named_with_the_address_it_carries() -> None:
+    for url, words in [
+        ("http://[2002:7f00:1::]/", "2002:7f00:1:: is a loopback address (the 6to4 form of 127.0.0.1)"),
+        ("http://[fec0::1]/", "fec0::1 is a site-local address: webhooks are sent only to globally routable"),
+        ("http://[64:ff9b::a00:1]/", "a private address (the NAT64 form of 10.0.0.1)"),
+    ]:
+        target = Target.parse(url)
+        with pytest.raises(RefusedTarget, match=re.escape(words)):
+            check_addresses(target, [ipaddress.ip_address(target.host)], AllowList())
+    # An allowed IPv4 network allows the same address written IPv4-mapped (dual-stack resolvers).
+    mapped = ipaddress.ip_address("::ffff:127.0.0.1")
+    assert check_addresses(Target.parse("http://h/"), [mapped], AllowList.parse(["127.0.0.1"])) == [mapped]
 
 
 def test_every_resolved_address_is_checked_and_the_allow_list_names_hosts_or_networks() -> None:
@@ -137,6 +177,12 @@ def test_private_addresses_are_refused_at_registration_without_the_allow_list(ap
         ("http://[::1]:9/hook", "::1 is a loopback address"),
         ("http://10.1.2.3/hook", "10.1.2.3 is a private address"),
         ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is a link-local address"),
+        ("http://[2002:7f00:1::]/", "2002:7f00:1:: is a loopback address (the 6to4 form of 127.0.0.1)"),
+        ("http://[fec0::1]/", "fec0::1 is a site-local address"),
+        (
+            "http://[::ffff:7f00:1]:9/",
+            "::ffff:7f00:1 is a loopback address (the IPv4-mapped form of 127.0.0.1)",
+        ),
         ("ftp://example.org/", "must start with http:// or https://"),
     ]:
         answer = create(api, url, ALICE)

@@ -1,7 +1,12 @@
-"""Where webhooks may be sent (SSRF): never to this machine, its private network, link-local
-addresses (cloud metadata at 169.254.169.254), multicast, unspecified or reserved addresses, unless
-the operator's allow-list (GLUEJOBS_WEBHOOK_ALLOWED_HOSTS) names the host or a network holding its
-address.
+"""Where webhooks may be sent (SSRF): only to globally routable addresses, unless the operator's
+allow-list (GLUEJOBS_WEBHOOK_ALLOWED_HOSTS) names the host or a network holding its address.
+
+An allow-list, not a deny-list: an address passes only when the standard library's `is_global` holds
+for it and none of the narrower rules below refuses it (multicast, reserved and site-local addresses,
+which Python 3.11's `is_global` lets through). An IPv6 address that carries an IPv4 address (IPv4-mapped
+::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::/96, 6to4 2002::/16, Teredo 2001::/32) reaches
+that IPv4 address through the kernel or a relay, so the IPv4 address must pass too: 2002:7f00:1:: is
+127.0.0.1 by way of a 6to4 relay.
 
 A host name is resolved and every address it resolves to is checked; the sender then connects to an
 address it checked (never resolving again), so a name that resolves to a public address when checked
@@ -45,17 +50,48 @@ class AllowList:
         return cls(frozenset(names), tuple(networks))
 
     def allows(self, host: str, address: IPAddress) -> bool:
-        return host.lower().rstrip(".") in self.names or any(address in net for net in self.networks)
+        # ::ffff:127.0.0.1 is 127.0.0.1 (a dual-stack resolver may answer either): an allowed IPv4
+        # network allows it too.
+        embedded = embedded_ipv4(address)
+        same = [address, embedded[1]] if embedded and embedded[2] else [address]
+        return host.lower().rstrip(".") in self.names or any(a in net for a in same for net in self.networks)
 
 
-def address_rule(address: IPAddress) -> str | None:
-    """Which rule refuses `address` (loopback, private …), or None for a public address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+# Networks that carry an IPv4 address in their low 32 bits and are the IPv4 address itself to
+# whoever connects (the kernel for ::ffff:0:0/96; a NAT64 gateway for 64:ff9b::/96, RFC 6052), so the
+# IPv4 address alone decides.
+_IPV4_IN_LOW_BITS = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated (RFC 4291); :: and ::1 are not IPv4
+
+
+def embedded_ipv4(address: IPAddress) -> tuple[str, ipaddress.IPv4Address, bool] | None:
+    """The IPv4 address an IPv6 transition form carries: (the form's name, the IPv4 address, whether
+    the IPv4 address alone decides), or None for an address that carries none."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return "IPv4-mapped", address.ipv4_mapped, True
+    if address in _IPV4_IN_LOW_BITS:
+        return "NAT64", ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), True
+    if address.sixtofour is not None:
+        return "6to4", address.sixtofour, False
+    if address.teredo is not None:
+        return "Teredo", address.teredo[1], False  # (server, client): packets go to the client
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
+        return "IPv4-compatible", ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), False
+    return None
+
+
+def _own_rule(address: IPAddress) -> str | None:
+    """The rule that refuses `address` itself, or None when it is globally routable. `is_global` is
+    the allow-list; the named rules before it only say why (and catch what 3.11's `is_global` misses:
+    multicast, reserved, site-local fec0::/10)."""
+    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
     for rule, refused in (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
+        ("site-local", site_local),
         ("multicast", address.is_multicast),
         ("reserved", address.is_reserved),
         ("private", address.is_private),
@@ -64,6 +100,23 @@ def address_rule(address: IPAddress) -> str | None:
         if refused:
             return rule
     return None
+
+
+def address_rule(address: IPAddress) -> str | None:
+    """Which rule refuses `address` (loopback, private …), or None for a globally routable address;
+    for a transition form, the rule of the IPv4 address it carries (::ffff:127.0.0.1 is loopback)."""
+    embedded = embedded_ipv4(address)
+    if embedded is None:
+        return _own_rule(address)
+    _form, ipv4, ipv4_decides = embedded
+    return _own_rule(ipv4) or (None if ipv4_decides else _own_rule(address))
+
+
+def _refusal(address: IPAddress, rule: str) -> str:
+    """'a loopback address', or for a transition form 'a loopback address (the 6to4 form of 127.0.0.1)'."""
+    embedded = embedded_ipv4(address)
+    via = f" (the {embedded[0]} form of {embedded[1]})" if embedded else ""
+    return f"a {rule} address{via}"
 
 
 @dataclass(frozen=True)
@@ -114,9 +167,8 @@ def check_addresses(target: Target, addresses: Sequence[IPAddress], allow: Allow
             literal = target.literal_address() is not None
             shown = f"{address} is" if literal else f"{target.host!r} resolves to {address},"
             raise RefusedTarget(
-                f"{shown} a {rule} address: webhooks are not sent to loopback, link-local, "
-                f"private, multicast, unspecified or reserved addresses unless {ALLOW_SETTING} names the "
-                "host or its network"
+                f"{shown} {_refusal(address, rule)}: webhooks are sent only to globally routable "
+                f"addresses unless {ALLOW_SETTING} names the host or its network"
             )
     return list(addresses)
 
