@@ -5,23 +5,27 @@ on top of them the plan holds:
 - the schedule: run_glue_no_trainer.py's arithmetic, computed by the training loop's own code
   (shared/jobspec/schedule.py) on the batches `accelerator.prepare` would give each process;
 - tokenised lengths, measured with the `tokenizers` library from the model folder's
-  tokenizer.json (what the worker's fast tokenizer runs), and the padding that dynamic padding,
+  tokenizer.json (what the worker's fast tokenizer runs) in a child process under limits
+  (service/dry_run/tokenizer_child.py), and the padding that dynamic padding,
   group_by_length and pad_to_max_length would cost, simulated over one epoch's batches;
 - an estimate of the worker memory for the model, batch and precision.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from tokenizers import Tokenizer
 
+from service.bounded_child import ChildFailed, ChildLimits, run_bounded
+from service.dry_run.tokenizer_child import measure
 from service.files.upload_checks import first_rows
 from shared.core.config import Settings
+from shared.core.errors import InvalidRequest
 from shared.data.limits import FileLimits
 from shared.data.reading import JobData, Split
 from shared.jobspec.column_mapping import ColumnMapping
@@ -31,6 +35,8 @@ from shared.jobspec.spec import JobSpec
 from shared.jobspec.tasks import TASKS
 from shared.model_folders.reading import api_model_folder, count, read_config, safetensors_shapes
 from shared.submission.data_checks import DataReport, read_and_check
+
+logger = logging.getLogger(__name__)
 
 # Tokenising is the plan's one cost that grows with the data, and it runs inside the API: measure at
 # most this many rows of each split (a seeded random sample beyond it, so the figures do not depend on
@@ -178,21 +184,24 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
             "status": "unknown",
             "reason": "the training rows come from the Hub, which the API does not read",
         }
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as exc:  # the tokenizers library raises its own exception types for a bad file
+    # Sampled here (the seed, the first rows), measured in a child under limits: the tokenizer is the
+    # model owner's program (service/dry_run/tokenizer_child.py).
+    splits = {"train": data.train, **data.evals}
+    inputs = {name: _inputs(rows) for name, rows in splits.items()}
+    answer, value = _measure_in_child(
+        spec, settings, str(path), [(name, texts) for name, (texts, _) in inputs.items()]
+    )
+    if answer == "unreadable":
         # The library's message names the file by its server path: its kind says enough.
-        reason = f"the model folder's tokenizer.json could not be read ({type(exc).__name__})"
+        reason = f"the model folder's tokenizer.json could not be read ({value})"
         return {"status": "unknown", "reason": reason}
-    tokenizer.no_padding()
-    tokenizer.no_truncation()  # truncation is applied below, so truncated rows can be counted
     result: dict[str, Any] = {
         "status": "measured",
         "tokenizer": f"{spec.model_name_or_path}/tokenizer.json",
         "max_length": spec.max_length,
     }
-    for name, rows in {"train": data.train, **data.evals}.items():
-        lengths, sampled = _lengths(tokenizer, rows, spec.max_length)
+    for name, rows in splits.items():
+        lengths, sampled = value[name], inputs[name][1]
         result[name] = {
             **_length_stats(lengths, len(rows), sampled, spec.max_length, first=rows.weights is not None)
         }
@@ -201,7 +210,8 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
     return result
 
 
-def _lengths(tokenizer: Tokenizer, rows: Split, max_length: int) -> tuple[np.ndarray, bool]:
+def _inputs(rows: Split) -> tuple[list[Any], bool]:
+    """The texts (or text pairs) to measure, and whether they are a sample of the split's rows."""
     # An uploaded file's texts are its first rows already (_with_sampled_texts), fewer than the file's.
     available = len(rows.texts)
     indices = np.arange(available)
@@ -212,9 +222,41 @@ def _lengths(tokenizer: Tokenizer, rows: Split, max_length: int) -> tuple[np.nda
         )
     columns = [rows.texts[key].to_numpy()[indices].tolist() for key in rows.texts.columns]
     inputs: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
-    raw = np.array([len(encoding.ids) for encoding in tokenizer.encode_batch(inputs)], dtype=np.int64)
-    # Truncation "longest_first" (the tokenizer's default) cuts a row, or a pair, to max_length.
-    return raw, sampled
+    return inputs, sampled
+
+
+def _measure_in_child(
+    spec: JobSpec, settings: Settings, path: str, splits: list[tuple[str, list[Any]]]
+) -> tuple[str, Any]:
+    """tokenizer_child.measure under GLUEJOBS_DRY_RUN_TOKENIZER_*; a tokenizer past a limit, panicking or
+    failing is the spec's model's problem: 422 naming the limit (no backtrace: the child's stderr is
+    dropped, the log has one line)."""
+    limits = ChildLimits(
+        memory_bytes=settings.dry_run_tokenizer_memory_bytes,
+        cpu_s=settings.dry_run_tokenizer_cpu_s,
+        wall_s=settings.dry_run_tokenizer_deadline_s,
+    )
+    try:
+        answer: tuple[str, Any] = run_bounded(
+            measure, (path, splits), limits, name="gluejobs-dry-run-tokenizer", quiet=True
+        )
+        return answer
+    except ChildFailed as failed:
+        words = {
+            "memory": f"needed more than {limits.memory_bytes} bytes of memory "
+            "(GLUEJOBS_DRY_RUN_TOKENIZER_MEMORY_BYTES raises it)",
+            "cpu": f"took more than {limits.cpu_s} s of CPU (GLUEJOBS_DRY_RUN_TOKENIZER_CPU_S raises it)",
+            "deadline": f"took more than {limits.wall_s:g} s "
+            "(GLUEJOBS_DRY_RUN_TOKENIZER_DEADLINE_S raises it)",
+        }.get(failed.kind)
+        if words is None:  # a panic, an exception or a crash: one line in the log, its kind to the caller
+            logger.warning("a dry run's tokenizer (%s) failed: %s", spec.model_name_or_path, failed.detail)
+            detail = failed.detail if "/" not in failed.detail and "\\" not in failed.detail else failed.kind
+            words = f"failed on these rows ({detail})"
+        raise InvalidRequest(
+            f"measuring the token lengths with {spec.model_name_or_path!r}'s tokenizer {words}",
+            field="spec.model_name_or_path",
+        ) from None
 
 
 def _length_stats(

@@ -308,6 +308,24 @@ class Settings(BaseSettings):
         return _split_keys(value.lower() if isinstance(value, str) else value)
 
     trackers: KeyList = Field(
+    # A dry run's tokenizer is the model's (a registered model's: the owner's file, regexes and all); it
+    # runs in a child process under these limits (service/dry_run/tokenizer_child.py). A normal
+    # tokenizer measures a dry run's 5,000-row samples in well under a second of CPU and ~100 MB.
+    dry_run_tokenizer_memory_bytes: int = Field(
+        default=1024**3,
+        ge=64 * 1024 * 1024,
+        description="Address space a dry run's tokenizer may add to its child process (RLIMIT_AS); past "
+        "it: 422",
+    )
+    dry_run_tokenizer_cpu_s: int = Field(
+        default=20, ge=1, description="CPU seconds a dry run's tokenizer may take (RLIMIT_CPU); past it: 422"
+    )
+    dry_run_tokenizer_deadline_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Wall-clock seconds a dry run's tokenizer may take, its child's start included; past "
+        "it: 422",
+    )
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the workers serve (installed and configured on every worker); "
         "jobs asking for others are refused. Default: TensorBoard, which the worker extra installs",
