@@ -1,8 +1,16 @@
 """The webhook dispatcher: a background task of each API process that sends the deliveries that are
 due (shared/webhooks/deliveries.py) and records every attempt.
 
-It never blocks request handling: the database calls run in worker threads, the requests go out
-through one httpx AsyncClient with a short timeout, and at most GLUEJOBS_WEBHOOK_CONCURRENCY at once.
+It never blocks request handling: the database calls run in worker threads and the requests go out
+through one httpx AsyncClient. No receiver can hold up another's deliveries:
+- each attempt has one overall deadline, GLUEJOBS_WEBHOOK_TIMEOUT_S, over resolving, connecting,
+  sending, the answer's headers and its first bytes (httpx's own timeouts are per read: a receiver
+  dripping a byte every few seconds kept one attempt alive for minutes);
+- every attempt is a task of its own, and a slot freed by one that ends is filled at once: nothing
+  waits for a round of attempts to finish;
+- the claim leases at most GLUEJOBS_WEBHOOK_ENDPOINT_CONCURRENCY deliveries of one endpoint and
+  GLUEJOBS_WEBHOOK_OWNER_CONCURRENCY of one owner at once, across every API process, and this
+  process sends at most GLUEJOBS_WEBHOOK_CONCURRENCY at once.
 Each attempt resolves the endpoint's host, checks every address (shared/webhooks/addresses.py) and
 connects to the checked address itself (the Host header and TLS name stay the URL's), so a name that
 resolves elsewhere a moment later reaches nothing it should not. Redirects are never followed: a
@@ -34,8 +42,9 @@ from shared.webhooks.signing import signed_headers
 
 logger = logging.getLogger(__name__)
 
-# An answer's first bytes are read (and dropped): enough to finish a small answer, never a flood.
-MAX_ANSWER_BYTES = 64 * 1024
+# An answer's first bytes are read (and dropped): a small answer's whole, never a flood. The status
+# line decides the outcome; the body is read only so that a short answer ends cleanly.
+MAX_ANSWER_BYTES = 4 * 1024
 # After a database error the loop waits this long before it asks again.
 ERROR_PAUSE_S = 5.0
 USER_AGENT = "gluejobs-webhooks/1"
@@ -48,7 +57,10 @@ class Dispatcher:
         self.timeout_s = settings.webhook_timeout_s
         self.poll_s = settings.webhook_poll_s
         self.concurrency = settings.webhook_concurrency
-        # A claimed delivery is another process's to take only well after its attempt must have ended.
+        self.per_endpoint = settings.webhook_endpoint_concurrency
+        self.per_owner = settings.webhook_owner_concurrency
+        # A claimed delivery is another process's to take only well after its attempt must have ended
+        # (the attempt's deadline, then the database write of its outcome).
         self.lease_s = 2 * settings.webhook_timeout_s + 30.0
         self.backoff = Backoff(
             max_attempts=settings.webhook_max_attempts,
@@ -57,6 +69,7 @@ class Dispatcher:
         )
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._attempts: set[asyncio.Task[None]] = set()
 
     def wake(self) -> None:
         """Look for due deliveries now (a test-send was queued); callable from any thread."""
@@ -64,15 +77,32 @@ class Dispatcher:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        """Claim and send until cancelled."""
+        """Claim and send until cancelled; then the attempts in flight are cancelled and their
+        deliveries handed back."""
         self._loop = asyncio.get_running_loop()
         # trust_env=False: no proxy from the environment, which would connect to the host by name.
+        # httpx's timeout is a backstop per operation; the attempt's deadline is _send's.
         async with httpx.AsyncClient(
-            timeout=self.timeout_s, follow_redirects=False, trust_env=False
+            timeout=self.timeout_s,
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_connections=self.concurrency),
         ) as client:
-            while True:
+            try:
+                await self._loop_claims(client)
+            finally:
+                for task in self._attempts:
+                    task.cancel()
+                await asyncio.gather(*self._attempts, return_exceptions=True)
+
+    async def _loop_claims(self, client: httpx.AsyncClient) -> None:
+        while True:
+            # Cleared before the claim: an attempt that ends during it sets it again.
+            self._wake.clear()
+            free = self.concurrency - len(self._attempts)
+            if free > 0:
                 try:
-                    sent = await self._round(client)
+                    claimed = await anyio.to_thread.run_sync(self._claim, free)
                 except SQLAlchemyError as exc:
                     logger.warning(
                         "webhook dispatcher: the database is away (%s); trying again", type(exc).__name__
@@ -80,38 +110,54 @@ class Dispatcher:
                     await asyncio.sleep(ERROR_PAUSE_S)
                     continue
                 except Exception:  # a bug must not stop deliveries for good: a claimed one is retried
-                    logger.exception("webhook dispatcher: a round failed; trying again")
+                    logger.exception("webhook dispatcher: a claim failed; trying again")
                     await asyncio.sleep(ERROR_PAUSE_S)
                     continue
-                if sent < self.concurrency:  # a full round: more may be due at once
-                    self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                for due in claimed:
+                    task = asyncio.create_task(self._attempt(client, due))
+                    self._attempts.add(task)
+                    task.add_done_callback(self._ended)
+                if len(claimed) == free:
+                    continue  # every slot filled: more may be due, once a slot frees
+            # Wait for a free slot, a test-send, or the next poll.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
 
-    async def _round(self, client: httpx.AsyncClient) -> int:
-        due = await anyio.to_thread.run_sync(self._claim)
-        if due:
-            async with asyncio.TaskGroup() as group:
-                for delivery in due:
-                    group.create_task(self._attempt(client, delivery))
-        return len(due)
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # A slot is free, and the endpoint's and owner's leases may have room again: claim now.
+        self._attempts.discard(task)
+        self._wake.set()
 
-    def _claim(self) -> list[Due]:
+    def _claim(self, limit: int) -> list[Due]:
         with self.db.session() as session:
-            return claim_due(session, limit=self.concurrency, lease_s=self.lease_s)
+            return claim_due(
+                session,
+                limit=limit,
+                lease_s=self.lease_s,
+                per_endpoint=self.per_endpoint,
+                per_owner=self.per_owner,
+            )
 
     async def _attempt(self, client: httpx.AsyncClient, due: Due) -> None:
         started_at, clock = utcnow(), time.monotonic()
-        status_code, error = None, None
         try:
             status_code, error = await self._send(client, due, started_at)
         except asyncio.CancelledError:
             await anyio.to_thread.run_sync(self._release, due)
             raise
+        except Exception:  # a bug: the lease stays, and the delivery is tried again once it lapses
+            logger.exception("webhook delivery %d: the attempt failed", due.delivery_id)
+            return
         duration_ms = int((time.monotonic() - clock) * 1000)
-        outcome = await anyio.to_thread.run_sync(
-            lambda: self._record(due, started_at, status_code, error, duration_ms)
-        )
+        try:
+            outcome = await anyio.to_thread.run_sync(
+                lambda: self._record(due, started_at, status_code, error, duration_ms)
+            )
+        except SQLAlchemyError as exc:  # the lease lapses and the delivery is tried again
+            logger.warning(
+                "webhook delivery %d: its outcome was not recorded (%s)", due.delivery_id, type(exc).__name__
+            )
+            return
         logger.info(
             "webhook delivery %d (%s) to endpoint %d, attempt %d: %s → %s",
             due.delivery_id,
@@ -126,12 +172,18 @@ class Dispatcher:
         self, client: httpx.AsyncClient, due: Due, started_at: datetime
     ) -> tuple[int | None, str | None]:
         """(status code, None) when the endpoint answered 2xx, else (status code or None, why not).
-        The checked addresses are tried in the resolver's order while connections are refused."""
+        The checked addresses are tried in the resolver's order while connections are refused; all
+        of it before one deadline."""
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        late = f"no answer within {self.timeout_s:g}s (connect, headers and body together)"
         try:
             target = Target.parse(due.url)
-            addresses = await self._checked_addresses(target)
+            async with asyncio.timeout_at(deadline):
+                addresses = await self._checked_addresses(target)
         except RefusedTarget as exc:
             return None, f"refused: {exc}"
+        except TimeoutError:
+            return None, late
         body = json.dumps(due.payload, separators=(",", ":"))
         headers = {
             **signed_headers(due.secret, message_id=due.message_id, timestamp=started_at, body=body),
@@ -145,16 +197,18 @@ class Dispatcher:
         for address in addresses:
             host = f"[{address}]" if address.version == 6 else str(address)
             url = f"{target.scheme}://{host}:{target.port}{target.path}"
+            answer: httpx.Response | None = None
+            request = client.stream("POST", url, content=body, headers=headers, extensions=extensions)
             try:
-                async with client.stream(
-                    "POST", url, content=body, headers=headers, extensions=extensions
-                ) as answer:
+                async with asyncio.timeout_at(deadline), request as answer:
                     await _read_some(answer.aiter_raw())
             except httpx.ConnectError as exc:
                 failure = f"{type(exc).__name__}: {exc}"[:500]
                 continue  # the next address, if any
-            except httpx.TimeoutException:
-                return None, f"timed out after {self.timeout_s:g}s"
+            except (TimeoutError, httpx.TimeoutException):
+                if answer is None:
+                    return None, late
+                # The status line and headers came in time and decide; the body was cut at the deadline.
             except httpx.HTTPError as exc:
                 return None, f"{type(exc).__name__}: {exc}"[:500]
             if answer.is_redirect:
@@ -170,11 +224,10 @@ class Dispatcher:
             addresses = [literal]
         else:
             try:
-                infos = await asyncio.wait_for(
-                    asyncio.get_running_loop().getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM),
-                    self.timeout_s,
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    target.host, target.port, type=socket.SOCK_STREAM
                 )
-            except (OSError, TimeoutError, UnicodeError) as exc:
+            except (OSError, UnicodeError) as exc:
                 raise RefusedTarget(f"the host {target.host!r} does not resolve ({exc})") from None
             addresses = addresses_of(infos)
         return check_addresses(target, addresses, self.allow)

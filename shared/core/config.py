@@ -379,7 +379,11 @@ class Settings(BaseSettings):
         default=True, description="This API process sends webhook deliveries (off: another process does)"
     )
     webhook_timeout_s: float = Field(
-        default=10.0, gt=0, le=60, description="One delivery attempt's limit: connect, send and answer"
+        default=10.0,
+        gt=0,
+        le=60,
+        description="One delivery attempt's overall deadline: resolving, connecting, sending, the "
+        "answer's headers and its first bytes together",
     )
     webhook_max_attempts: int = Field(
         default=8, ge=1, le=50, description="Attempts per delivery before it is marked failed"
@@ -392,6 +396,19 @@ class Settings(BaseSettings):
     )
     webhook_concurrency: int = Field(
         default=8, ge=1, le=256, description="Deliveries one API process sends at once"
+    )
+    webhook_endpoint_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Deliveries to one endpoint in flight at once, across every API process: a slow or "
+        "dead receiver holds up only its own deliveries",
+    )
+    webhook_owner_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Deliveries to one owner's endpoints in flight at once, across every API process",
     )
     webhook_poll_s: float = Field(
         default=1.0, gt=0, description="How often the dispatcher looks for due deliveries"

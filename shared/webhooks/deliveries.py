@@ -2,7 +2,8 @@
 (several API processes never send one delivery at once), and record each attempt's outcome, fenced
 by that lease, with the next attempt after an exponential backoff. All of it is in the database, so
 a restart loses nothing: a delivery claimed by a process that stopped is claimed again once its
-lease expires."""
+lease expires. The claim bounds what one endpoint and one owner may have in flight at once, so that
+a slow receiver holds up only its own deliveries."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import ColumnElement, Select, func, or_, select, text, true, update
 from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
@@ -25,6 +26,7 @@ class Due:
 
     delivery_id: int
     endpoint_id: int
+    owner: str | None
     message_id: str
     url: str
     secret: str
@@ -47,42 +49,59 @@ class Backoff:
         return delay * (1 + 0.1 * random.random())
 
 
-def claim_due(session: Session, *, limit: int, lease_s: float, now: datetime | None = None) -> list[Due]:
+# Names the webhook claim among Postgres advisory locks (an arbitrary constant): claims take it in
+# their transaction, one at a time across every API process, so that each sees the others' leases
+# and the per-endpoint and per-owner bounds hold for the whole fleet, not per process.
+PG_CLAIM_LOCK_ID = 0x676C7565_7768  # "gluewh"
+
+
+def claim_due(
+    session: Session,
+    *,
+    limit: int,
+    lease_s: float,
+    per_endpoint: int | None = None,
+    per_owner: int | None = None,
+    now: datetime | None = None,
+) -> list[Due]:
     """Up to `limit` pending deliveries of enabled endpoints whose time has come and which no live
-    lease holds, each leased to this caller for `lease_s`. Postgres: FOR UPDATE SKIP LOCKED, so
-    concurrent dispatchers take different rows; SQLite: its single writer (BEGIN IMMEDIATE) makes the
-    read and the update one step."""
+    lease holds, each leased to this caller for `lease_s`; at most `per_endpoint` of one endpoint's
+    and `per_owner` of one owner's deliveries are leased at once, counting the live leases every
+    process holds (None: no bound). Oldest first within those bounds, so a backlog on one endpoint
+    does not hide another endpoint's due delivery.
+
+    Postgres: the claims of all processes take turns (an advisory lock held by the transaction), and
+    FOR UPDATE SKIP LOCKED keeps a claim off rows another transaction holds (an older release's
+    claim, which does not take the lock); SQLite: its single writer (BEGIN IMMEDIATE) makes the read
+    and the update one step."""
     now = now or utcnow()
     token = uuid.uuid4().hex
-    due = (
-        WebhookDelivery.status == DeliveryStatus.pending,
-        WebhookDelivery.next_attempt_at <= now,
-        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at < now),
-        WebhookEndpoint.disabled.is_(False),
-    )
-    joined = (WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-    # A plain read first: with nothing due (the usual case) no write lock is taken, which on SQLite
-    # would make every poll wait behind (and hold up) the workers' writes.
+    chosen = _chosen(now, limit=limit, per_endpoint=per_endpoint, per_owner=per_owner)
+    # A plain read first: with nothing that may be sent (the usual case) no write lock is taken, which
+    # on SQLite would make every poll wait behind (and hold up) the workers' writes.
     with read(session):
-        if session.scalars(select(WebhookDelivery.id).join(*joined).where(*due).limit(1)).first() is None:
+        if not session.scalars(chosen).first():
             return []
-    query = (
-        select(WebhookDelivery, WebhookEndpoint)
-        .join(*joined)
-        .where(*due)
-        .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=WebhookDelivery)
-    )
     claimed = []
     with write(session):
-        for delivery, endpoint in session.execute(query).all():
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_CLAIM_LOCK_ID})
+        ids = list(session.scalars(chosen))
+        query = (
+            select(WebhookDelivery, WebhookEndpoint)
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(WebhookDelivery.id.in_(ids), *_due(now))
+            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
+            .with_for_update(skip_locked=True, of=WebhookDelivery)
+        )
+        for delivery, endpoint in session.execute(query).all() if ids else []:
             delivery.lease_token = token
             delivery.lease_expires_at = now + timedelta(seconds=lease_s)
             claimed.append(
                 Due(
                     delivery_id=delivery.id,
                     endpoint_id=endpoint.id,
+                    owner=endpoint.owner,
                     message_id=delivery.message_id,
                     url=endpoint.url,
                     secret=endpoint.secret,
@@ -92,6 +111,76 @@ def claim_due(session: Session, *, limit: int, lease_s: float, now: datetime | N
                 )
             )
     return claimed
+
+
+def _due(now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """A delivery that may be sent now: pending, its time come, no live lease, its endpoint enabled."""
+    return (
+        WebhookDelivery.status == DeliveryStatus.pending,
+        WebhookDelivery.next_attempt_at <= now,
+        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at < now),
+        WebhookEndpoint.disabled.is_(False),
+    )
+
+
+def _chosen(now: datetime, *, limit: int, per_endpoint: int | None, per_owner: int | None) -> Select[Any]:
+    """The ids of the due deliveries to claim: each endpoint's oldest ones while the endpoint's live
+    leases leave room under `per_endpoint`, of those each owner's oldest while the owner's leave room
+    under `per_owner`, then the oldest `limit` (window functions: SQLite and Postgres alike)."""
+    delivery, endpoint = WebhookDelivery, WebhookEndpoint
+    live = (
+        delivery.status == DeliveryStatus.pending,
+        delivery.lease_expires_at.is_not(None),
+        delivery.lease_expires_at >= now,
+    )
+    busy_endpoints = (
+        select(delivery.endpoint_id, func.count().label("busy"))
+        .where(*live)
+        .group_by(delivery.endpoint_id)
+        .subquery()
+    )
+    busy_owners = (
+        select(endpoint.owner, func.count().label("busy"))
+        .select_from(delivery)
+        .join(endpoint, endpoint.id == delivery.endpoint_id)
+        .where(*live)
+        .group_by(endpoint.owner)
+        .subquery()
+    )
+    order = (delivery.next_attempt_at, delivery.id)
+    lanes = (
+        select(
+            delivery.id,
+            delivery.next_attempt_at,
+            endpoint.owner,
+            func.row_number().over(partition_by=delivery.endpoint_id, order_by=order).label("rank"),
+            func.coalesce(busy_endpoints.c.busy, 0).label("busy"),
+        )
+        .join(endpoint, endpoint.id == delivery.endpoint_id)
+        .outerjoin(busy_endpoints, busy_endpoints.c.endpoint_id == delivery.endpoint_id)
+        .where(*_due(now))
+        .subquery()
+    )
+    owners = (
+        select(
+            lanes.c.id,
+            lanes.c.next_attempt_at,
+            lanes.c.owner,
+            func.row_number()
+            .over(partition_by=lanes.c.owner, order_by=(lanes.c.next_attempt_at, lanes.c.id))
+            .label("rank"),
+        )
+        .where(lanes.c.rank + lanes.c.busy <= per_endpoint if per_endpoint is not None else true())
+        .subquery()
+    )
+    owner_busy = func.coalesce(busy_owners.c.busy, 0)
+    return (
+        select(owners.c.id)
+        .outerjoin(busy_owners, busy_owners.c.owner.is_not_distinct_from(owners.c.owner))
+        .where(owners.c.rank + owner_busy <= per_owner if per_owner is not None else true())
+        .order_by(owners.c.next_attempt_at, owners.c.id)
+        .limit(limit)
+    )
 
 
 def record_attempt(
