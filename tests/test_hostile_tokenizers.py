@@ -2,7 +2,8 @@
 program (regexes Oniguruma backtracks on), so a dry run measures token lengths in a child process under
 memory, CPU and wall-clock limits (service/dry_run/tokenizer_child.py). A catastrophic `Split` answers
 422 naming the limit within its deadline while other clients are served; a tokenizer that panics
-answers a clean 422 with one line in the log; a normal tokenizer measures what the worker's would.
+answers a clean 422 with one line in the log; one owner holds at most half the dry-run slots; a
+normal tokenizer measures what the worker's would.
 Against a live API, models registered through the client, on SQLite and Postgres."""
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ def test_a_catastrophic_regex_costs_its_dry_run_a_422_and_no_one_else_anything(
     with httpx.Client(base_url=url, timeout=30) as other:
         thread.start()
         time.sleep(0.5)  # the attack's child is tokenising by now (a child starts in ~0.2 s)
-        # Another owner's dry run is planned meanwhile, in the other slot, by a normal tokenizer.
+        # The attacker's second dry run does not take the other slot (one owner holds half of them)…
+        second = dry_run(other, ALICE, {**SPEC, "model_name_or_path": hostile, "train_file": "attack.csv"})
+        # …so another owner's dry run is planned meanwhile, in the other slot, by a normal tokenizer.
         bobs = dry_run(other, BOB, {**SPEC, "model_name_or_path": TINY_MODEL, "train_file": "good.csv"})
         bob_done_during_attack = thread.is_alive()
         while thread.is_alive():  # and another client's health checks go on being answered
@@ -118,6 +121,8 @@ def test_a_catastrophic_regex_costs_its_dry_run_a_422_and_no_one_else_anything(
             time.sleep(0.05)
         thread.join()
 
+    assert second.status_code == 429, second.text
+    assert "the most one owner may have of the API's 2" in second.json()["error"]["message"]
     assert bobs.status_code == 200, bobs.text
     assert bobs.json()["tokens"]["status"] == "measured" and bob_done_during_attack
     assert health and {code for code, _ in health} == {200}

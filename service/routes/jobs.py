@@ -121,7 +121,7 @@ def create_job(
     check_priority(body.priority, settings, is_admin=principal.is_admin)
     warnings: list[str] = []
     if dry_run:
-        with request.app.state.dry_runs.slot():
+        with request.app.state.dry_runs.slot(principal.owner):
             spec = check_job_spec(body.spec, settings, scope=scope, read_data=False, warnings=warnings)
             plan = plan_job(spec.with_seed(), settings, scope=scope)
             response.status_code = status.HTTP_200_OK
