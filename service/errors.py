@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -58,15 +59,17 @@ def error_response(
     *,
     problems: Sequence[Problem] = (),
     warnings: Sequence[Problem] = (),
+    omitted: int = 0,
 ) -> JSONResponse:
+    """`omitted`: problems found beyond `problems` and never put into words (counted in the answer)."""
     body: dict[str, Any] = {"code": code, "message": shorten(message, MAX_MESSAGE_CHARS)}
     if field is not None:
         body["field"] = field
     if status == 422 or len(problems) > 1:
         listed = list(problems) or [Problem(field or "request", code, message)]
         body["errors"] = [_public(problem) for problem in listed[:MAX_PROBLEMS]]
-        if len(listed) > MAX_PROBLEMS:
-            body["errors_omitted"] = len(listed) - MAX_PROBLEMS
+        if len(listed) + omitted > MAX_PROBLEMS:
+            body["errors_omitted"] = len(listed) + omitted - MAX_PROBLEMS
     if warnings:
         body["warnings"] = [_public(warning) for warning in warnings[:MAX_PROBLEMS]]
     all_headers = dict(headers or {})
@@ -83,14 +86,15 @@ def _public(problem: Problem) -> dict[str, str]:
     }
 
 
-def with_more(first: str, problems: Sequence[Problem]) -> str:
+def with_more(first: str, problems: Sequence[Problem], *, more_fields: Sequence[str] = ()) -> str:
     """The first problem's sentence, saying how many more there are and where (`error.errors` lists
-    them): a client that shows only the message still learns that there is more to fix."""
-    if len(problems) <= 1:
+    them): a client that shows only the message still learns that there is more to fix.
+    `more_fields`: the fields of problems beyond `problems`, found but given no message."""
+    if len(problems) + len(more_fields) <= 1:
         return first
-    fields = list(dict.fromkeys(p.field for p in problems[1:]))
+    fields = list(dict.fromkeys([*(p.field for p in problems[1:]), *more_fields]))
     shown = ", ".join(fields[:10]) + (f" and {len(fields) - 10} more fields" if len(fields) > 10 else "")
-    return f"{first} (and {len(problems) - 1} more: {shown})"
+    return f"{first} (and {len(problems) + len(more_fields) - 1} more: {shown})"
 
 
 def _location(loc: tuple[int | str, ...]) -> str | None:
@@ -124,6 +128,18 @@ async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
+    if len(errors) <= _LOOP_ERRORS:
+        return _validation_answer(errors)
+    # Each message may search for a near match (difflib): many of them are CPU a thread spends,
+    # not the event loop that every other client's request waits on.
+    return await anyio.to_thread.run_sync(_validation_answer, errors)
+
+
+# A refusal of this many errors or fewer is written on the event loop (well under a millisecond).
+_LOOP_ERRORS = 2
+
+
+def _validation_answer(errors: Sequence[Any]) -> JSONResponse:
     if any(tuple(e.get("loc", ()))[:1] == ("body",) and isinstance(e.get("input"), bytes) for e in errors):
         # FastAPI hands a route the raw bytes (never parsed JSON) when the content type is not JSON.
         return error_response(
@@ -136,16 +152,27 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         position = tuple(first.get("loc", ()))[1:2]
         where = f" at character {position[0]}" if position else ""
         return error_response(400, "invalid_json", f"the body is not valid JSON: {reason}{where}")
+    errors = errors or [first]
+    # Messages only for the problems the answer lists: counted first, so that a body of thousands
+    # of unknown keys costs MAX_PROBLEMS messages (and their near-match searches), not thousands.
     problems = [
         Problem(
             _location(tuple(e.get("loc", ()))) or "body",
             validation_messages.code(e),
             validation_messages.message(e, _known_fields),
         )
-        for e in (errors or [first])
+        for e in errors[:MAX_PROBLEMS]
     ]
     message = problems[0].line() if field else problems[0].message
-    return error_response(422, "invalid_request", with_more(message, problems), field, problems=problems)
+    more = [_location(tuple(e.get("loc", ()))) or "body" for e in errors[MAX_PROBLEMS:]]
+    return error_response(
+        422,
+        "invalid_request",
+        with_more(message, problems, more_fields=more),
+        field,
+        problems=problems,
+        omitted=len(more),
+    )
 
 
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:

@@ -149,8 +149,12 @@ def problem(
 
 
 def _number(value: Any) -> Any:
-    """0.0 as 0, as a person writes a bound."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    """0.0 as 0, as a person writes a bound; a large one stays 1e+300 (not its 301 digits)."""
+    whole = isinstance(value, float) and value.is_integer() and abs(value) < _WHOLE_UP_TO
+    return int(value) if whole else value
+
+
+_WHOLE_UP_TO = 1e15
 
 
 def _not(given: Any) -> str:
