@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MAX_TRIALS = 100
 MAX_PARALLELISM = 32
 MAX_CHOICES = 50
+# Evaluations a pruner's settings may count (a job evaluates once per eval_steps: far fewer than this).
+MAX_EVALUATIONS = 1_000_000
 
 Choice = bool | int | float | str
 
@@ -19,10 +21,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A range's ends, in size: Optuna draws from a float range with NumPy's uniform(low, high), which
+# refuses a width past the largest float (±1.7e308 answered 500, issue 32), and draws an int range's
+# values through floats too (TPE failed outright on ±10**30; past 2**53 ints are not exact).
+MAX_FLOAT_BOUND = 1e300
+MAX_INT_BOUND = 2**53
+
+
 class FloatRange(_Strict):
     type: Literal["float"]
-    low: float
-    high: float
+    low: float = Field(ge=-MAX_FLOAT_BOUND, le=MAX_FLOAT_BOUND)
+    high: float = Field(ge=-MAX_FLOAT_BOUND, le=MAX_FLOAT_BOUND)
     log: bool = Field(default=False, description="Sample on a log scale (learning rates)")
 
     @model_validator(mode="after")
@@ -36,15 +45,17 @@ class FloatRange(_Strict):
 
 class IntRange(_Strict):
     type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
+    low: int = Field(ge=-MAX_INT_BOUND, le=MAX_INT_BOUND)
+    high: int = Field(ge=-MAX_INT_BOUND, le=MAX_INT_BOUND)
+    step: int = Field(default=1, ge=1, le=MAX_INT_BOUND)
     log: bool = False
 
     @model_validator(mode="after")
     def _ordered(self) -> IntRange:
         if not self.low < self.high:
             raise ValueError("low must be below high")
+        if self.step > self.high - self.low:
+            raise ValueError("step must be at most high - low: a range of one value is no search")
         if self.log and (self.low < 1 or self.step != 1):
             raise ValueError("a log scale needs low >= 1 and step 1")
         return self
@@ -101,9 +112,12 @@ class Pruner(_Strict):
     n_warmup_steps: int = Field(
         default=0,
         ge=0,
+        le=MAX_EVALUATIONS,
         description="median: evaluations a trial makes before it can be pruned (1: never at its first)",
     )
-    min_resource: int = Field(default=1, ge=1, description="asha: evaluations before the first rung")
+    min_resource: int = Field(
+        default=1, ge=1, le=MAX_EVALUATIONS, description="asha: evaluations before the first rung"
+    )
     reduction_factor: int = Field(default=2, ge=2, le=10, description="asha: 1/reduction_factor go on")
 
 

@@ -5,6 +5,7 @@ or warned about as a sweep's job would be)."""
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +85,11 @@ def _values(parameter: Parameter) -> list[Any]:
     assert isinstance(parameter, FloatRange)
     # And a value between them: a float range over an integer field (a batch size) is refused here,
     # not when the sampler first draws a fraction.
+    # Each end halved (or rooted) before they meet: low + high, or low * high, can pass the largest float.
     middle = (
-        (parameter.low * parameter.high) ** 0.5 if parameter.log else (parameter.low + parameter.high) / 2
+        math.sqrt(parameter.low) * math.sqrt(parameter.high)
+        if parameter.log
+        else parameter.low / 2 + parameter.high / 2
     )
     return [parameter.low, parameter.high, middle]
 
