@@ -3,11 +3,14 @@
 A failing process leaves `logs/error-rank<N>.json` in the job's folder: {"code", "message"}, the
 code an ErrorCode (shared.core.tables). Exit statuses say the rest: PREEMPTED_EXIT (stopped on request
 with a checkpoint), and a death by signal or without an error file (killed, or the interpreter
-crashed). Torch-free, so the runner (which never imports torch) can read it all.
+crashed). Torch-free, so the runner (which never imports torch) can read it all. The failure read
+here has no traceback frames; worker/user_text.py also takes the worker's paths out before the job's
+row gets it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 from dataclasses import dataclass
@@ -16,10 +19,12 @@ from pathlib import Path
 from shared.core.db_retries import is_transient
 from shared.core.errors import GluejobsError, InvalidSpec, JobFailed
 from shared.core.tables import ErrorCode
+from worker.user_text import drop_tracebacks
 
 LOG_DIR = "logs"
 MAX_ERROR_CHARS = 4000
 TAIL_LINES = 20
+TAIL_HEADING = "last log lines:"  # between a failure's cause and the last lines of its log
 # The job's process saved a checkpoint and stopped because it was asked to (its worker is shutting
 # down): the job goes back to the queue without spending an attempt. (EX_TEMPFAIL.)
 PREEMPTED_EXIT = 75
@@ -89,7 +94,8 @@ def read_failure(output_dir: Path, returncode: int, log_path: Path) -> Failure:
             cause = f"the job's process exited with status {returncode} without saying why"
         failure = Failure(ErrorCode.killed, cause)
     tail = _tail(log_path)
-    message = f"{failure.message}\n\nlast log lines:\n{tail}" if tail else failure.message
+    cause = drop_tracebacks(failure.message)
+    message = f"{cause}\n\n{TAIL_HEADING}\n{tail}" if tail else cause
     return Failure(failure.code, _clip(message))
 
 
@@ -117,8 +123,14 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
-            f.seek(max(0, f.tell() - 8192))
+            start = max(0, f.tell() - 8192)
+            f.seek(start)
             text = f.read().decode(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    if start:  # the first line is cut, and may be the middle of a traceback (frames are indented)
+        rest = text.splitlines()[1:]
+        text = "\n".join(itertools.dropwhile(lambda line: not line.strip() or line[:1].isspace(), rest))
+    # The traceback the process logged stays in the log file (the operator's): the error quotes the
+    # lines around it, and frames would crowd them out of the last `lines`.
+    return "\n".join(drop_tracebacks(text).splitlines()[-lines:])

@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
@@ -35,12 +35,14 @@ from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import ErrorCode, Job, JobStatus
+from shared.jobspec.spec import JobSpec
 from worker.health import DatabaseWatch
 from worker.job_storage import JobStorage
 from worker.launch import ChildProcess, terminate
 from worker.liveness import ORPHANED_EXIT
-from worker.outcome import PREEMPTED_EXIT, clear_errors, log_dir, read_failure
+from worker.outcome import PREEMPTED_EXIT, TAIL_HEADING, clear_errors, log_dir, read_failure
 from worker.reporting import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
+from worker.user_text import Places, for_users, places_of
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +312,12 @@ class JobSupervisor:
 
     def _record(self, outcome: JobOutcome) -> None:
         job = self.job
+        if outcome.error:
+            # The operator's log keeps the cause as it was reported (paths and all; the job's log
+            # file has the traceback); the job's row gets the text its owner may read.
+            cause = outcome.error.split(f"\n\n{TAIL_HEADING}")[0]
+            logger.warning("job %s: attempt %d failed: %s", job.id, job.attempts, cause)
+            outcome = replace(outcome, error=for_users(outcome.error, self._places()))
         try:
             self._while_leased(lambda: self._store(outcome), "record the outcome")
         except Exception:
@@ -323,6 +331,14 @@ class JobSupervisor:
             if outcome.status and outcome.error
             else "",
         )
+
+    def _places(self) -> Places:
+        try:
+            spec: JobSpec | None = JobSpec.model_validate(self.job.spec)
+        except ValueError:  # a spec this version refuses: its folders are still this machine's
+            spec = None
+        job_dirs = {self.storage.local, self.settings.job_dir(self.job.id)}
+        return places_of(self.settings, job_dirs, spec)
 
     def _store(self, outcome: JobOutcome) -> None:
         job = self.job

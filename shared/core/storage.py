@@ -235,9 +235,18 @@ class Store:
                     raise
                 now = time.monotonic()
                 if now >= deadline:
+                    # The driver's text names the endpoint, the bucket and the prefix (botocore's
+                    # "Could not connect to the endpoint URL: http://…/bucket/prefix/key"): the
+                    # operator's log keeps it; the message users read (a 503's, a job's error) names
+                    # only what was being done, by key.
+                    logger.error(
+                        "the file store did not answer for %g s (could not %s); giving up: %s",
+                        self.retry_s,
+                        what,
+                        _first_line(exc),
+                    )
                     raise StoreUnavailable(
-                        f"the file store did not answer for {self.retry_s:g} s (could not {what}): "
-                        f"{_first_line(exc)}"
+                        f"the file store did not answer for {self.retry_s:g} s (could not {what})"
                     ) from exc
                 if now - logged_at >= OUTAGE_LOG_INTERVAL_S:
                     logger.warning("the file store is unreachable (%s); retrying: %s", what, _first_line(exc))
