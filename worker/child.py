@@ -145,7 +145,8 @@ def run_attempt(
                 storage=storage,
             )
         except Preempted as stopped:
-            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": str(stopped.checkpoint)})
+            # The checkpoint by its name, as the job's checkpoints list it: its folder is this machine's.
+            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": stopped.checkpoint.name})
             reporter.close()
             logger.info("%s", stopped)
             return PREEMPTED_EXIT
