@@ -53,6 +53,7 @@ from shared.core.db import Database
 from shared.core.owners import adopt_configured_owners
 from shared.core.storage import Store, StoreUnavailable, open_store
 from shared.core.tables import ApiKey
+from shared.model_folders.stored_models import sweep_model_orphans
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +91,11 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
 
 
 def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None:
-    """Uploaded bytes that no row holds (an API that died between the two writes) leave the store;
-    a store or database that is away leaves them to the next start."""
+    """Uploaded bytes and registered models' objects that no row holds (an API that died between the
+    two writes) leave the store; a store or database that is away leaves them to the next start."""
     try:
         store.once(lambda quick: sweep_orphans(db, quick, grace_s=settings.orphan_grace_s))
+        store.once(lambda quick: sweep_model_orphans(db, quick, grace_s=settings.orphan_grace_s))
     except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
         what = type(exc).__name__
         logger.warning("could not sweep the store's orphaned uploads (%s); the next start will", what)

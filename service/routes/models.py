@@ -4,7 +4,8 @@ A model folder arrives as a tar in the multipart part `file` (`gluejobs models u
 streamed to this machine's disk (service/files/uploads.py), unpacked member by member and checked as a
 loadable transformers folder without torch (shared/model_folders/uploads.py), and only then stored: each
 file under its sha256, the manifest of paths and hashes under its own sha256, which is the model's
-hash; its row names it for its owner. A refused or cut-off upload keeps nothing. A job names it in
+hash; its row names it for its owner (shared/model_folders/stored_models.py: dedup within an owner
+only, objects no row holds removed or swept). A refused or cut-off upload keeps nothing. A job names it in
 `model_name_or_path` as `model:NAME`; workers fetch it by hash into their cache.
 """
 
@@ -14,7 +15,6 @@ import logging
 import re
 import secrets
 import shutil
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -30,7 +30,8 @@ from shared.core.config import Settings
 from shared.core.errors import Conflict, InvalidRequest
 from shared.core.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
 from shared.core.tables import StoredModel
-from shared.jobspec.registered_models import NAME_PATTERN, ManifestFile, manifest_bytes, manifest_sha256
+from shared.jobspec.registered_models import NAME_PATTERN
+from shared.model_folders.stored_models import remove_unheld, restore_missing, store_model
 from shared.model_folders.uploads import check_model_folder, unpack_model_tar
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,10 @@ UPLOAD_BODY: dict[str, Any] = {
     openapi_extra={"requestBody": UPLOAD_BODY},
     responses={
         409: {"model": ErrorResponse, "description": "You already have a model of that name"},
-        413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_MODEL_BYTES"},
+        413: {
+            "model": ErrorResponse,
+            "description": "Larger than GLUEJOBS_MAX_MODEL_BYTES, as sent or as its members declare",
+        },
         503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
     },
 )
@@ -77,9 +81,10 @@ async def create_model(
     principal: PrincipalDep,
 ) -> ModelPublic:
     """Register a model folder (multipart/form-data: the part `file`, the folder as an uncompressed
-    tar; the field `name`). Up to GLUEJOBS_MAX_MODEL_BYTES (413 past it). It must be a folder
-    transformers loads without remote code: config.json with a known model_type and no auto_map, a
-    tokenizer, weights; only regular files a model folder holds (no links, no `..`, no Python).
+    tar; the field `name`). Up to GLUEJOBS_MAX_MODEL_BYTES, sent and unpacked (413 past it). It must
+    be a folder transformers loads without remote code: config.json with a known model_type and no
+    auto_map, a tokenizer, weights, a declared shape within GLUEJOBS_MAX_MODEL_PARAMETERS; only regular
+    files a model folder holds (no links, no `..`, no Python, UTF-8 names, none twice).
     Otherwise 422 naming the problem, and nothing is kept. Name it in a job as `model:NAME`."""
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_model_bytes
@@ -107,9 +112,9 @@ def _register(
         )
     staging = settings.cache_dir / "uploads" / f"model-{secrets.token_hex(8)}"
     try:
-        files = unpack_model_tar(received.path, staging)
-        model_type = check_model_folder(staging)
-        sha256 = _store(staging, files, store)
+        files = unpack_model_tar(received.path, staging, max_bytes=settings.max_model_bytes)
+        model_type = check_model_folder(staging, max_parameters=settings.max_model_parameters)
+        sha256 = store_model(staging, files, store, session, owner)
         new = jobs_repo.NewModel(
             owner=owner,
             name=name,
@@ -118,26 +123,20 @@ def _register(
             model_type=model_type,
             files=[f.model_dump() for f in sorted(files, key=lambda f: f.path)],
         )
-        return jobs_repo.add_model(session, new=new)
+        try:
+            model = jobs_repo.add_model(session, new=new)  # Conflict: a racing upload took the name
+        except BaseException:
+            try:
+                remove_unheld(session, store, files, sha256)
+            except Exception as exc:  # the database or the store is away: the start-up sweep removes them
+                logger.warning(
+                    "a model's files stay in the store until the next sweep: %s", type(exc).__name__
+                )
+            raise
+        restore_missing(staging, files, store, sha256)
+        return model
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _store(folder: Path, files: list[ManifestFile], store: Store) -> str:
-    """Put the folder's files and then its manifest into the store (each once, whoever sent it
-    before): the manifest last, so a manifest in the store always has its files."""
-    for entry in files:
-        key = model_blob_key(entry.sha256)
-        if not store.exists(key):
-            store.put(folder / entry.path, key)
-    sha256 = manifest_sha256(files)
-    manifest = folder.with_name(f"{folder.name}.manifest.json")
-    try:
-        manifest.write_bytes(manifest_bytes(files))
-        store.put(manifest, model_manifest_key(sha256))
-    finally:
-        manifest.unlink(missing_ok=True)
-    return sha256
 
 
 @router.get("", response_model=Page[ModelPublic])

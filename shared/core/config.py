@@ -79,7 +79,8 @@ class Settings(BaseSettings):
     orphan_grace_s: float = Field(
         default=3600.0,
         ge=0,
-        description="An object under files/ in the store that no uploaded file's row holds is removed at "
+        description="An object under files/ or models/ in the store that no uploaded file's or model's "
+        "row holds is removed at "
         "the API's start once it is this old (an API that died between storing an upload's bytes and "
         "its row); younger ones may belong to an upload in flight",
     )
@@ -136,6 +137,12 @@ class Settings(BaseSettings):
         default=8 * 1024**3,
         gt=0,
         description="POST /v1/models: a model folder's files together (as a tar); larger ones get 413",
+    )
+    max_model_parameters: int = Field(
+        default=10_000_000_000,
+        gt=0,
+        description="A model whose config.json declares a shape of more parameters than this (an "
+        "estimate from its sizes) is refused at upload, at submit and by the dry run",
     )
 
     @field_validator("storage_url")

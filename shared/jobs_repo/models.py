@@ -53,6 +53,24 @@ def has_model(session: Session, *, owner: str | None, name: str) -> bool:
         return _named(session, owner, name) is not None
 
 
+def held_objects(
+    session: Session, *, owner: str | None = None, everyone: bool = False
+) -> tuple[set[str], set[str]]:
+    """(the sha256 of the files, those of the manifests) that models' rows hold: `owner`'s alone
+    (the dedup of an upload, which must learn nothing of other owners), or everyone's (what may
+    leave the store). Models are few (a team's base models): their file lists are read whole."""
+    query = select(StoredModel.sha256, StoredModel.files)
+    if not everyone:
+        query = query.where(StoredModel.owner.is_(None) if owner is None else StoredModel.owner == owner)
+    blobs: set[str] = set()
+    manifests: set[str] = set()
+    with read(session):
+        for sha256, files in session.execute(query):
+            manifests.add(sha256)
+            blobs.update(str(entry["sha256"]) for entry in files)
+    return blobs, manifests
+
+
 def _named(session: Session, owner: str | None, name: str, *, lock: bool = False) -> StoredModel | None:
     same_owner = StoredModel.owner.is_(None) if owner is None else StoredModel.owner == owner
     query = select(StoredModel).where(same_owner, StoredModel.name == name)

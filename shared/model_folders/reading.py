@@ -19,6 +19,7 @@ from shared.core.errors import InvalidSpec
 from shared.core.storage import open_store
 from shared.jobspec.registered_models import is_registered
 from shared.jobspec.spec import JobSpec, resolve_under
+from shared.model_folders import model_size
 from shared.model_folders.cache import cached_model
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".gguf")
@@ -50,11 +51,8 @@ def local_model_folder(name_or_path: str, settings: Settings) -> Path | None:
 
 
 def read_config(folder: Path) -> dict[str, Any] | None:
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
+    """The folder's config.json, read no further than its cap (shared/model_folders/model_size.py)."""
+    return model_size.read_config(folder / "config.json")
 
 
 def weight_files(folder: Path) -> list[Path]:

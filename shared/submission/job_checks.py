@@ -49,7 +49,12 @@ def check_job_spec(
     found: list[GluejobsError] = []
     checked = _checked_paths(spec, settings, scope=scope, problems=found)
     if not any(_field(exc) == "model_name_or_path" for exc in found):
-        _collect(found, lambda: check_model(checked.model_name_or_path, settings, notes))
+        _collect(
+            found,
+            lambda: check_model(
+                checked.model_name_or_path, settings, notes, registered=checked.registered_model
+            ),
+        )
     notes += spec_warnings(spec)
     if read_data and settings.check_data_on_submit:
         large = too_large_to_check(_readable(checked, found), settings)
@@ -76,7 +81,12 @@ def spec_problems(
     found: list[GluejobsError] = []
     checked = _checked_paths(spec, settings, scope=scope, problems=found)
     if "model_name_or_path" not in skip and not any(_field(e) == "model_name_or_path" for e in found):
-        _collect(found, lambda: check_model(checked.model_name_or_path, settings, []))
+        _collect(
+            found,
+            lambda: check_model(
+                checked.model_name_or_path, settings, [], registered=checked.registered_model
+            ),
+        )
     if read_data and not too_large_to_check(_readable(checked, found, skip), settings):
         failed = {*skip, *(_field(exc) for exc in found)}
         found += _as_errors(data_problems(checked, settings, scope=scope, skip=failed))

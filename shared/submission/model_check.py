@@ -23,9 +23,12 @@ import httpx
 
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec
-from shared.jobspec.registered_models import is_registered
+from shared.core.storage import StoreUnavailable, open_store
+from shared.jobspec.registered_models import RegisteredModel, is_registered
 from shared.jobspec.spec import locate_model
 from shared.jobspec.suggest import did_you_mean
+from shared.model_folders.cache import cached_model
+from shared.model_folders.model_size import check_model_size, read_config
 
 FIELD = "model_name_or_path"
 # A models folder is listed this deep (`name` and `org/name`), at most this many entries, for the
@@ -39,11 +42,21 @@ _TRUE = ("1", "true", "yes", "on")
 FOUND, MISSING, UNKNOWN = "found", "missing", "unknown"
 
 
-def check_model(model_name: str, settings: Settings, warnings: list[str]) -> None:
-    """Refuse (InvalidSpec) a model that does not exist; append to `warnings` when it could not be
-    checked. `model_name` is the spec's name as it will be stored; a registered model (`model:NAME`)
-    was found when the spec's names were resolved (shared.jobspec.spec.check_paths)."""
+def check_model(
+    model_name: str,
+    settings: Settings,
+    warnings: list[str],
+    *,
+    registered: RegisteredModel | None = None,
+) -> None:
+    """Refuse (InvalidSpec) a model that does not exist, or whose config.json declares a shape past
+    GLUEJOBS_MAX_MODEL_PARAMETERS (a local folder, a registered model: `registered`, the spec's
+    record of it); append to `warnings` when it could not be checked. `model_name` is the spec's name
+    as it will be stored; a registered model (`model:NAME`) was found when the spec's names were
+    resolved (shared.jobspec.spec.check_paths)."""
     if is_registered(model_name):
+        if registered is not None:
+            _check_registered_size(registered, settings, warnings)
         return
     source = locate_model(model_name, settings.models_dir)
     if isinstance(source, Path):
@@ -54,6 +67,8 @@ def check_model(model_name: str, settings: Settings, warnings: list[str]) -> Non
         elif not source.is_dir():
             hint = did_you_mean(model_name, local_models(settings.models_dir))
             raise InvalidSpec(f"no model folder {model_name!r} in GLUEJOBS_MODELS_DIR{hint}", field=FIELD)
+        else:
+            _check_size(source / "config.json", settings)
         return
     if in_hub_cache(model_name):
         return
@@ -68,6 +83,26 @@ def check_model(model_name: str, settings: Settings, warnings: list[str]) -> Non
         f"{FIELD}: could not check {model_name!r}: it is {where}, and {reason}; a worker will try to "
         f"download it{hint}"
     )
+
+
+def _check_size(config_path: Path, settings: Settings) -> None:
+    config = read_config(config_path)  # capped; a missing or unreadable one is the worker's to report
+    if config is not None:
+        check_model_size(config, settings.max_model_parameters, field=FIELD, error=InvalidSpec)
+
+
+def _check_registered_size(registered: RegisteredModel, settings: Settings, warnings: list[str]) -> None:
+    """A registered model was sized at upload; checked again for one registered before the check
+    existed or before GLUEJOBS_MAX_MODEL_PARAMETERS was lowered. Its config comes from this machine's
+    copy of its config and tokenizer files (fetched once, as the dry run does)."""
+    try:
+        folder = cached_model(
+            open_store(settings), settings.cache_dir, registered.sha256, tokenizer_only=True
+        )
+    except StoreUnavailable:
+        warnings.append(f"{FIELD}: the model's size could not be checked: the file store did not answer")
+        return
+    _check_size(folder / "config.json", settings)
 
 
 def local_models(models_dir: Path) -> list[str]:
