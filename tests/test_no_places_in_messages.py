@@ -158,9 +158,15 @@ def test_tracebacks_go_and_each_exceptions_last_line_stays(tmp_path: Path) -> No
     assert drop_tracebacks(kept) == kept
 
 
-def test_worker_paths_become_what_the_user_named(settings_factory: Any, tmp_path: Path) -> None:
+def test_worker_paths_become_what_the_user_named(
+    settings_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://10.1.2.3:9000")
     settings: Settings = settings_factory(
-        "sqlite://", data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"
+        "sqlite://",
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        storage_url="s3://team-store/gj",
     )
     sha_file, sha_model = "a" * 64, "b" * 64
     spec = JobSpec.model_validate(
@@ -188,12 +194,16 @@ def test_worker_paths_become_what_the_user_named(settings_factory: Any, tmp_path
         f"config '{settings.models_dir}/tiny/config.json' and '{settings.data_dir}/sst2/train.csv'. "
         f"wrote {job_dir}/checkpoints/checkpoint-5; read {hub}; "
         "raised at /usr/lib/python3.12/site-packages/transformers/utils/hub.py:470; "
-        "see https://huggingface.co/docs/hub/a and /v1/jobs/7/logs; 3/4 and/or"
+        "see https://huggingface.co/docs/hub/a and /v1/jobs/7/logs; 3/4 and/or; "
+        "no team-store/gj/jobs/7/model.safetensors, nor s3://team-store/gj/files/ab; "
+        'reset at "http://10.1.2.3:9000/team-store/gj/jobs/7"'
     )
 
     assert for_users(said, places) == (
         "no rows in 'my.csv'; tokenizer of mine/tokenizer.json; "
         "config 'tiny/config.json' and 'sst2/train.csv'. wrote checkpoints/checkpoint-5; "
         "read org/bert-x/vocab.txt; raised at hub.py:470; "
-        "see https://huggingface.co/docs/hub/a and /v1/jobs/7/logs; 3/4 and/or"
+        "see https://huggingface.co/docs/hub/a and /v1/jobs/7/logs; 3/4 and/or; "
+        "no jobs/7/model.safetensors, nor files/ab; "
+        'reset at "the file store"'
     )

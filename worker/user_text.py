@@ -9,8 +9,10 @@ log quoted after it, are therefore rewritten before the job's row gets them:
 - A path on this machine becomes what the user named: a file under GLUEJOBS_DATA_DIR, GLUE_DIR or
   MODELS_DIR its path relative to that folder (what the spec said), a file inside the job's folder
   its path in the job, the cached copy of an uploaded file that file's name, a registered model's
-  cached folder the model's name, a Hugging Face cache folder its repository id, and any other
-  absolute path (site-packages, the home folder, a temporary folder) its last component.
+  cached folder the model's name, a Hugging Face cache folder its repository id, an object in the
+  store (s3://bucket/prefix/key, or s3fs's bucket/prefix/key) its key, the S3 endpoint "the file
+  store", and any other absolute path (site-packages, the home folder, a temporary folder) its last
+  component.
 
 Operators keep the full text: the job's log file holds the traceback as it was written, and the
 worker's own log the cause as it was reported (worker/supervisor.py). Torch-free, like the runner.
@@ -18,6 +20,7 @@ worker's own log the cause as it was reported (worker/supervisor.py). Torch-free
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -74,11 +77,16 @@ class Places:
 
     folders: list[tuple[str, Callable[[str], str]]] = field(default_factory=list)
 
-    def add(self, folder: Path | None, name: Callable[[str], str]) -> None:
+    def add(self, folder: Path | str | None, name: Callable[[str], str]) -> None:
         if folder is None:
             return
-        for spelling in {str(folder), str(folder.resolve()), str(folder.absolute())}:
-            if spelling not in ("", "/", "."):
+        spellings = (
+            {folder}
+            if isinstance(folder, str)
+            else {str(p) for p in (folder, folder.resolve(), folder.absolute())}
+        )
+        for spelling in spellings:
+            if spelling.rstrip("/") not in ("", "."):
                 self.folders.append((spelling.rstrip("/"), name))
 
     def rewrite(self, text: str) -> str:
@@ -86,7 +94,7 @@ class Places:
         folder sits inside the artifacts folder, the model cache inside the cache folder)."""
         text = _HUB_CACHE.sub(lambda m: _joined(m["repo"].replace("--", "/"), m["rest"]), text)
         for folder, name in sorted(self.folders, key=lambda item: -len(item[0])):
-            pattern = re.compile(rf"{re.escape(folder)}(?:/(?P<rest>{_TAIL}))?(?=[{_END}]|$)")
+            pattern = re.compile(rf"(?<![\w.-]){re.escape(folder)}(?:/(?P<rest>{_TAIL}))?(?=[{_END}]|$)")
             text = pattern.sub(_renamer(name), text)
         return _ABSOLUTE.sub(lambda m: _last_part(m.group(0)), text)
 
@@ -111,6 +119,14 @@ def places_of(settings: Settings, job_dirs: Iterable[Path], spec: JobSpec | None
         return _last_part(rest) or "the worker's cache"
 
     places.add(settings.cache_dir, cached)
+    if settings.storage_url is not None:
+        # The store by its key: s3fs's errors name "bucket/prefix/key" without the scheme.
+        root = settings.storage_url.removeprefix("s3://").rstrip("/")
+        for spelling in (settings.storage_url.rstrip("/"), root):
+            places.add(spelling, lambda rest: rest or "the file store")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")  # where the S3 client sends its requests
+    if endpoint:
+        places.add(endpoint.rstrip("/"), lambda rest: "the file store")
     for folder in (settings.data_dir, settings.glue_dir, settings.models_dir):
         places.add(folder, lambda rest: rest or "the folder")
     places.add(settings.artifacts_dir, lambda rest: _last_part(rest) or "the artifacts folder")
