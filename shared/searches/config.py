@@ -23,9 +23,11 @@ class _Strict(BaseModel):
 
 # A range's ends, in size: Optuna draws from a float range with NumPy's uniform(low, high), which
 # refuses a width past the largest float (±1.7e308 answered 500, issue 32), and draws an int range's
-# values through floats too (TPE failed outright on ±10**30; past 2**53 ints are not exact).
+# values through floats too: TPE failed outright on ±10**30, and its truncated normals divided by
+# zero past 2**47 on a log scale and 2**51 on a linear one. A 32-bit int's range is far more than
+# any count a spec takes.
 MAX_FLOAT_BOUND = 1e300
-MAX_INT_BOUND = 2**53
+MAX_INT_BOUND = 2**31
 
 
 class FloatRange(_Strict):
