@@ -86,16 +86,20 @@ def sweep_model_orphans(db: Database, store: Store, *, grace_s: float) -> int:
     """Remove the objects under models/ that no row holds and that are older than `grace_s`, partial
     copies included; how many."""
     cutoff = utcnow() - timedelta(seconds=grace_s)
+    old = [
+        (stored.path, name)
+        for stored in store.list(MODELS)
+        if (name := _OBJECT.fullmatch(stored.path)) is not None and stored.modified <= cutoff
+    ]
+    if not old:  # the database is not asked (a store without models, a database not migrated yet)
+        return 0
     with db.session() as session:
         blobs, manifests = held_objects(session, everyone=True)
     held = {"blobs": blobs, "manifests": manifests}
     removed = 0
-    for stored in store.list(MODELS):
-        name = _OBJECT.fullmatch(stored.path)
-        if name is None or stored.modified > cutoff:
-            continue
+    for path, name in old:
         if name["partial"] or name["sha256"] not in held[name["kind"]]:
-            store.delete(f"{MODELS}/{stored.path}")
+            store.delete(f"{MODELS}/{path}")
             removed += 1
     if removed:
         logger.info("removed %d object(s) under %s/ that no registered model holds", removed, MODELS)
