@@ -17,7 +17,8 @@ out-of-memory kill or a cancel cannot take the worker down, and GPU memory goes 
   holds what counts (worker/job_storage.py): uploaded files are fetched into the local cache and
   checked by their sha256, each checkpoint is uploaded before it is declared, a resumed attempt
   fetches its checkpoint from there, and the outputs are uploaded before the job succeeds.
-- On failure every process leaves its error and error code in a file the runner reads.
+- On failure every process leaves its error and error code in a file the runner reads: in the room
+  the worker reserved for it, so that a full disk does not silence it (worker/outcome.py).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from shared.jobspec.spec import JobSpec
 from worker import checkpoints
 from worker.job_storage import JobStorage
 from worker.liveness import watch_worker
-from worker.outcome import PREEMPTED_EXIT, Failure, classify, write_failure
+from worker.outcome import PREEMPTED_EXIT, Failure, classify, discard_error_file, write_failure
 from worker.reporting import QueuedReporter, exit_stale
 
 logger = logging.getLogger("worker.child")
@@ -150,6 +151,7 @@ def run_attempt(
             reporter.close()
             logger.info("%s", stopped)
             return PREEMPTED_EXIT
+        discard_error_file(output_dir, rank)  # not among the outputs
         if rank == 0:
             storage.upload_outputs()  # in the store before the job may succeed
             reporter.result(result)
@@ -162,7 +164,10 @@ def run_attempt(
         code = classify(exc)
         logger.error("job %s failed [%s]: %s\n%s", claim.job_id, code, message, traceback.format_exc())
         if output_dir is not None:
-            write_failure(output_dir, rank, Failure(code, message))
+            try:
+                write_failure(output_dir, rank, Failure(code, message))
+            except OSError as error:  # no reserved room, and none left: the worker reads the disk
+                logger.error("could not write the error file: %s", error)
         if reporter is not None:
             # What was reported before the failure still counts (best effort: the failure itself
             # may be the database).

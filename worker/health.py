@@ -3,8 +3,9 @@
 GET /healthz: 200 while the process runs (liveness: restart it only when this fails).
 GET /readyz: 200 when the worker's last round trip to its database succeeded; 503 with
 {"status": "waiting"} when it failed — the worker waits for the database to come back (it is not
-dead: do not restart it, its jobs keep training). Both answer JSON with the worker's id, state and
-running jobs.
+dead: do not restart it, its jobs keep training); 503 with {"status": "low_disk"} when its job disk
+is below GLUEJOBS_WORKER_MIN_FREE_BYTES (it claims nothing until it has room; free some, or it
+waits). Both answer JSON with the worker's id, state, disk and running jobs.
 
 The standard library's HTTP server on a daemon thread: no dependency, nothing to install on a
 worker image.
@@ -83,7 +84,10 @@ class HealthServer:
                     self._answer(200, {**body, "status": "ok"})
                 else:
                     ready = bool(body.get("database_reachable"))
-                    self._answer(200 if ready else 503, {**body, "status": "ok" if ready else "waiting"})
+                    status = "ok" if ready else "waiting"
+                    if ready and body.get("low_disk"):
+                        ready, status = False, "low_disk"
+                    self._answer(200 if ready else 503, {**body, "status": status})
 
             def _answer(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body, default=str).encode()

@@ -15,6 +15,10 @@ The worker outlives its database: a step of the loop that cannot reach it (lease
 registration) is logged and retried after a capped, jittered backoff, while the supervisors keep
 heartbeating their jobs as soon as the database answers again. `ready` says whether the last
 round trip of the worker (loop or heartbeat) reached the database (the health port's /readyz).
+
+Its disk (worker/disk_space.py): below GLUEJOBS_WORKER_MIN_FREE_BYTES on the disk of its artifacts
+or cache folder, the worker claims nothing (state low_disk on its row, /readyz 503 "low_disk") until
+it has room again; its running jobs go on. Every job it takes would fail on a full disk.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import Job, WorkerState
 from shared.queue.fair_share import ClaimPolicy
 from worker.devices import DevicePool, cpu_slots
+from worker.disk_space import DiskState, disk_state
 from worker.health import DatabaseWatch
 from worker.launch import (
     ChildProcess,
@@ -92,6 +97,8 @@ class Worker:
         self._state: WorkerState | None = None
         # Why this release stopped claiming (the database needs another one), once it did.
         self.refusal: str | None = None
+        self.disk: DiskState | None = None  # its job disk at the loop's last look
+        self._reported_free = -1
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -110,6 +117,7 @@ class Worker:
                 try:
                     if not self._registered:
                         self._register()
+                    self._look_at_disk()
                     self._touch()
                     if self.refusal is not None:
                         if not self._busy():
@@ -160,9 +168,12 @@ class Worker:
         """What the health port answers."""
         with self._lock:
             jobs = sorted(self._running)
+        disk = self.disk
         return {
             "worker_id": self.worker_id,
             "database_reachable": self.database.reachable,
+            "low_disk": disk is not None and disk.low,
+            "disk": disk.as_dict() if disk is not None else None,
             "draining": self._stopping.is_set(),
             "jobs": jobs,
             "devices": self.pool.devices,
@@ -191,6 +202,8 @@ class Worker:
         """The worker's own heartbeat (and state) on its row, at most every heartbeat_s: an idle
         worker's poll costs a read, and this small write now and then."""
         state = WorkerState.busy if self._busy() else WorkerState.idle
+        if self.disk is not None and self.disk.low:
+            state = WorkerState.low_disk  # it takes no work until it has room (its jobs run on)
         if self.refusal is not None:
             state = WorkerState.draining  # it takes no more work
         now = time.monotonic()
@@ -198,9 +211,28 @@ class Worker:
             self.settings.heartbeat_s, self.settings.lease_s / 4
         ):
             return
+        free = self.disk.free_bytes if self.disk is not None else None
         with self.database.session() as session:
-            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
+            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state, disk_free_bytes=free)
         self._state, self._touched_at = state, now
+
+    def _look_at_disk(self) -> None:
+        """Its job disk now (one statvfs a folder), and a log line when it crosses the floor."""
+        was_low = self.disk is not None and self.disk.low
+        try:
+            self.disk = disk_state(self.settings)
+        except OSError as exc:  # a folder it cannot stat: it cannot write there either
+            logger.error("worker %s: cannot read its disk's free space: %s", self.worker_id, exc)
+            self.disk = DiskState(free_bytes=0, floor_bytes=max(1, self.settings.worker_min_free_bytes))
+        if self.disk.low and not was_low:
+            logger.warning(
+                "worker %s stops claiming: %s (GLUEJOBS_WORKER_MIN_FREE_BYTES); it claims again once "
+                "it has room",
+                self.worker_id,
+                self.disk.describe(),
+            )
+        elif was_low and not self.disk.low:
+            logger.info("worker %s claims again: %s", self.worker_id, self.disk.describe())
 
     def _set_state(self, state: WorkerState) -> None:
         try:
@@ -255,6 +287,8 @@ class Worker:
         if not self._fits_database():
             return False
         self._recover_expired_leases()
+        if self.disk is not None and self.disk.low:
+            return False  # no room for a job's files (the loop logged it)
         free = self.pool.free
         started = time.perf_counter()
         with self.database.session() as session:

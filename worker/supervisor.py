@@ -17,6 +17,11 @@ folder on this machine goes, since everything in it that counts is in the store.
 Shutdown (SIGTERM to the worker): the child is asked (SIGTERM) to save a checkpoint at its next
 step boundary; it exits with PREEMPTED_EXIT and the job is handed back without spending an
 attempt. After cancel_grace_s it is killed and handed back all the same.
+
+Resources (issue 34): an attempt that died because this worker ran out of disk or memory
+(outcome.RESOURCE_CODES; the disk's state and the kernel's OOM kill count are the worker's own view,
+read as the child ends) is handed back without spending an attempt, a bounded number of times
+(GLUEJOBS_MAX_RESOURCE_HANDBACKS); the worker's loop claims nothing more while its disk is low.
 """
 
 from __future__ import annotations
@@ -36,11 +41,21 @@ from shared.core.config import Settings
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import ErrorCode, Job, JobStatus
 from shared.jobspec.spec import JobSpec
+from worker.disk_space import disk_state
 from worker.health import DatabaseWatch
 from worker.job_storage import JobStorage
 from worker.launch import ChildProcess, terminate
 from worker.liveness import ORPHANED_EXIT
-from worker.outcome import PREEMPTED_EXIT, TAIL_HEADING, clear_errors, log_dir, read_failure
+from worker.outcome import (
+    PREEMPTED_EXIT,
+    RESOURCE_CODES,
+    TAIL_HEADING,
+    clear_errors,
+    kernel_oom_kills,
+    log_dir,
+    read_failure,
+    reserve_error_files,
+)
 from worker.reporting import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
 from worker.user_text import Places, for_users, places_of
 
@@ -58,12 +73,14 @@ class Stop(StrEnum):
     lease_lost = "lease_lost"
     shutdown = "shutdown"
     timeout = "timeout"
+    resource = "resource"  # it died for want of the worker's disk or memory: handed back
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     job_id: int
-    status: JobStatus | None  # None when the job was handed back (shutdown) or taken away (lease lost)
+    # None when the job was handed back (shutdown, resource) or taken away (lease lost)
+    status: JobStatus | None
     error: str | None = None
     stopped: Stop | None = None
     error_code: ErrorCode | None = None
@@ -106,6 +123,7 @@ class JobSupervisor:
         self.storage = JobStorage.of(settings, job.id)
         self._log_copied_at = 0.0
         self._log_copied_size = -1
+        self._oom_kills_before: int | None = None
 
     def start(self) -> None:
         self.thread.start()
@@ -183,6 +201,9 @@ class JobSupervisor:
         """The job's folder and its attempt's log; the job row learns both and its devices."""
         log_dir(output_dir).mkdir(parents=True, exist_ok=True)
         clear_errors(output_dir)
+        # Taken while the disk has room: a child that dies of a full disk can still say why.
+        reserve_error_files(output_dir, self.job.num_processes)
+        self._oom_kills_before = kernel_oom_kills()
 
         def store() -> None:
             with self.db.session() as session:
@@ -290,6 +311,7 @@ class JobSupervisor:
     def _outcome(self, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None) -> JobOutcome:
         job_id = self.job.id
         if returncode == 0:  # it finished (even while being stopped): that counts
+            clear_errors(output_dir)  # the room reserved for error files no rank used
             return JobOutcome(job_id, JobStatus.succeeded)
         if stopped == Stop.cancelled:
             return JobOutcome(job_id, JobStatus.cancelled)
@@ -307,8 +329,21 @@ class JobSupervisor:
         if stopped == Stop.shutdown or returncode == PREEMPTED_EXIT:
             # Stopped on request (by us, or SIGTERM from outside): hand it back, no attempt spent.
             return JobOutcome(job_id, None, stopped=Stop.shutdown)
-        failure = read_failure(output_dir, returncode, log_path)
+        failure = read_failure(
+            output_dir,
+            returncode,
+            log_path,
+            disk=disk_state(self.settings, [output_dir]),
+            oom_killed=self._oom_killed(),
+        )
+        if failure.code in RESOURCE_CODES:
+            return JobOutcome(job_id, None, failure.message, stopped=Stop.resource, error_code=failure.code)
         return JobOutcome(job_id, JobStatus.failed, failure.message, error_code=failure.code)
+
+    def _oom_killed(self) -> bool:
+        """Whether the kernel's OOM killer killed a process of this worker's cgroup while the job ran."""
+        after = kernel_oom_kills()
+        return self._oom_kills_before is not None and after is not None and after > self._oom_kills_before
 
     def _record(self, outcome: JobOutcome) -> None:
         job = self.job
@@ -328,7 +363,7 @@ class JobSupervisor:
             job.id,
             outcome.status or outcome.stopped,
             f" [{outcome.error_code}] ({outcome.error.splitlines()[0]})"
-            if outcome.status and outcome.error
+            if (outcome.status or outcome.stopped == Stop.resource) and outcome.error
             else "",
         )
 
@@ -357,6 +392,17 @@ class JobSupervisor:
                 recorded = jobs_repo.finish_job(
                     session, claim=self.claim, status=outcome.status, error=outcome.error
                 )
+            elif outcome.stopped == Stop.resource and outcome.error_code is not None:
+                status = jobs_repo.hand_back_job(
+                    session,
+                    claim=self.claim,
+                    error_code=outcome.error_code,
+                    error=outcome.error or "",
+                    max_handbacks=self.settings.max_resource_handbacks,
+                    retry_base_s=self.settings.retry_backoff_s,
+                    retry_cap_s=self.settings.retry_backoff_max_s,
+                )
+                recorded = status is not None
             elif outcome.stopped == Stop.shutdown:
                 recorded = jobs_repo.release_job(
                     session, claim=self.claim, reason=f"worker {self.worker_id} stopped it at a checkpoint"

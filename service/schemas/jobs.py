@@ -56,12 +56,18 @@ class WorkerPublic(BaseModel):
     version: str | None
     devices: list[str] = Field(description="What the worker runs jobs on: CUDA indices or CPU slots")
     state: str = Field(
-        description="idle, busy, draining (stopping: takes no work, hands its jobs back), stopped (said "
-        "goodbye), or gone (no heartbeat for a lease, without a goodbye)"
+        description="idle, busy, low_disk (below its free-space floor: takes no work until it has room), "
+        "draining (stopping: takes no work, hands its jobs back), stopped (said goodbye), or gone (no "
+        "heartbeat for a lease, without a goodbye)"
     )
     started_at: datetime
     last_heartbeat_at: datetime
     stopped_at: datetime | None
+    disk_free_bytes: int | None = Field(
+        default=None,
+        description="Free bytes on its fullest job disk (artifacts or cache) at its last report; null "
+        "from a worker of an older release",
+    )
     jobs: list[WorkerJob] = Field(
         description="The jobs it runs now (with a normal key: only that key's own jobs)"
     )

@@ -161,6 +161,21 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=60.0, gt=0, description="A running job's lease; renewed by heartbeats")
     heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")
     poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
+    # A checkpoint that cannot be written fails its attempt; a worker that keeps claiming on a full
+    # disk fails every job it takes (issue 34). Below the floor it claims nothing until it has room.
+    worker_min_free_bytes: int = Field(
+        default=1024**3,
+        ge=0,
+        description="Free bytes a worker keeps on the disks of GLUEJOBS_ARTIFACTS_DIR and "
+        "GLUEJOBS_CACHE_DIR: below it, it claims no job (state low_disk, /readyz 503) until it has room "
+        "again; 0 turns the check off",
+    )
+    max_resource_handbacks: int = Field(
+        default=3,
+        ge=0,
+        description="How often a job is handed back, without spending an attempt, because its worker ran "
+        "out of disk or memory; past it the job fails (it needs more than the workers have)",
+    )
     cancel_grace_s: float = Field(
         default=10.0,
         ge=0,

@@ -54,6 +54,9 @@ class ErrorCode(StrEnum):
     database_unreachable = "database_unreachable"
     worker_lost = "worker_lost"  # its worker stopped heartbeating
     storage_unreachable = "storage_unreachable"  # the file store stayed away (GLUEJOBS_STORAGE_RETRY_S)
+    # The worker's disk filled up (ENOSPC, a quota): the worker's problem, not the job's. Handed back
+    # without spending an attempt, at most GLUEJOBS_MAX_RESOURCE_HANDBACKS times (jobs_repo.hand_back_job).
+    no_space = "no_space"
     # Not a failure: a search's pruner stopped the trial early, by the cancel path (status cancelled).
     pruned = "pruned"
 
@@ -146,6 +149,9 @@ class Job(Base):
 
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    # Attempts handed back because their worker ran out of disk or memory (no attempt spent); past
+    # GLUEJOBS_MAX_RESOURCE_HANDBACKS the job fails: it needs more than the workers have.
+    resource_handbacks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_id: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -249,6 +255,7 @@ class WorkerState(StrEnum):
     idle = "idle"
     busy = "busy"
     draining = "draining"  # stopping: takes no more work, hands its jobs back
+    low_disk = "low_disk"  # below its free-space floor: claims nothing until it has room again
     stopped = "stopped"  # said goodbye; "gone" (no heartbeat for a lease) is derived, never stored
 
 
@@ -272,6 +279,9 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Free bytes on the worker's fullest job disk (artifacts or cache) at its last report; None from a
+    # release before 0014. Below GLUEJOBS_WORKER_MIN_FREE_BYTES the worker is "low_disk" and claims nothing.
+    disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Sweep(Base):

@@ -266,6 +266,69 @@ def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
     return True
 
 
+# What a resource hand-back's worker ran out of, by its error code (for the final reason).
+_RESOURCE_NAMES = {ErrorCode.no_space: "disk", ErrorCode.out_of_memory: "memory"}
+
+
+def hand_back_job(
+    session: Session,
+    *,
+    claim: Claim,
+    error_code: ErrorCode,
+    error: str,
+    max_handbacks: int,
+    retry_base_s: float = 0.0,
+    retry_cap_s: float = 0.0,
+) -> JobStatus | None:
+    """An attempt that died because its worker ran out of disk or memory (`error_code`): the
+    worker's problem, not the job's. The job goes back to the queue without spending an attempt
+    (after the usual backoff, so that a worker short of memory does not take it straight back),
+    and its resource_handbacks count goes up; the hand-back past `max_handbacks` fails the job for
+    good: it needs more than the workers have. A cancel requested meanwhile wins. The job's status
+    after it, or None when the claim was lost."""
+    with write(session):
+        job = current_job(session, claim)
+        if job is None:
+            return None
+        count = job.resource_handbacks + 1
+        first_line = error.splitlines()[0] if error else str(error_code)
+        cause = f"attempt {claim.attempt} handed back [{error_code}]: {first_line}"
+        now = utcnow()
+        job.error, job.error_code, job.lease_expires_at = error, error_code, None
+        job.resource_handbacks = count
+        if job.status == JobStatus.cancelling:
+            transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
+        elif count > max_handbacks:
+            what = _RESOURCE_NAMES.get(error_code, "room")
+            job.error = (
+                f"the job needs more {what} than the workers have: its attempts were handed back "
+                f"{max_handbacks} time(s) for it (GLUEJOBS_MAX_RESOURCE_HANDBACKS), and then: {error}"
+            )
+            transition(
+                session,
+                job,
+                JobStatus.failed,
+                f"job failed [{error_code}]: {job.error}",
+                level="error",
+                data={"error_code": error_code, "resource_handbacks": count},
+                now=now,
+            )
+        else:
+            delay = retry_delay_s(count, base_s=retry_base_s, cap_s=retry_cap_s)
+            job.worker_id, job.attempts = None, job.attempts - 1
+            job.not_before = now + timedelta(seconds=delay) if delay > 0 else None
+            transition(
+                session,
+                job,
+                JobStatus.queued,
+                f"{cause}; no attempt spent (resource hand-back {count} of {max_handbacks}), "
+                f"retrying in {delay:.0f}s from the newest checkpoint",
+                level="warning",
+                data={"error_code": error_code, "resource_handbacks": count, "retry_in_s": delay},
+            )
+        return job.status
+
+
 @dataclass(frozen=True)
 class ExpiredLease:
     job_id: int
