@@ -7,18 +7,23 @@ store they upload to, so the API can run on a machine that never saw a worker's 
 
 from __future__ import annotations
 
+import io
+from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 
-from service.deps import JobDep, SettingsDep, StoreDep
+from service.deps import JobDep, PrincipalDep, SettingsDep, StoreDep
 from service.files.downloads import folder_of, stored_download
-from service.files.job_folders import LocalFolder, read_log, tar_stream
+from service.files.job_folders import LocalFolder, Member, kind_of, read_log, tar_stream
 from service.schemas.jobs import ArtifactList, ArtifactPublic
+from service.user_views import log_for_user
+from shared.core.config import Settings
 from shared.core.errors import NotFound, quote
 from shared.core.storage import job_key
+from shared.core.tables import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -35,10 +40,16 @@ def read_job_logs(
     job: JobDep,
     settings: SettingsDep,
     store: StoreDep,
+    principal: PrincipalDep,
     attempt: Annotated[int | None, Query(ge=1, description="Which attempt (default: the newest)")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100_000, description="Only the last N lines")] = None,
 ) -> Response:
-    """The job's log: what its training process printed, tracebacks included, one file per attempt.
+    """The job's log: what its training process printed, one file per attempt.
+
+    An admin key reads the file as written, tracebacks included. Any other key reads it without
+    traceback blocks (each exception's last line, its cause, stays) and with the machines' places
+    named as the job's messages name them: a data file by its path in the spec, an object of the
+    store by its key, any other path on a worker by its last part (service/user_views.py).
 
     Empty (200) before the job's first attempt has started; the attempt served is in the
     `X-Gluejobs-Attempt` header, and the byte offset in its log where the text ends in
@@ -47,6 +58,9 @@ def read_job_logs(
     """
     folder = folder_of(settings, store, job.id)
     served, text, end = read_log(folder, job_id=job.id, attempt=attempt, tail=tail)
+    if not principal.is_admin:
+        # The offset header still counts the file's bytes: a stream resumes in the file, not the text.
+        text = log_for_user(settings, job, text.decode("utf-8", errors="replace")).encode()
     headers = {ATTEMPT_HEADER: str(served), LOG_OFFSET_HEADER: str(end)} if served is not None else {}
     return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
 
@@ -73,18 +87,23 @@ def read_job_artifact(
     job: JobDep,
     settings: SettingsDep,
     store: StoreDep,
+    principal: PrincipalDep,
     path: Annotated[
         str, Path(description="A path from the listing, or a folder (e.g. checkpoints/checkpoint-8)")
     ],
 ) -> Response:
     """One file, streamed; a folder as an uncompressed tar stream. Paths that leave the job's folder
     (`..`, absolute paths, links that point out) are refused with 422. With an S3 store and
-    GLUEJOBS_STORAGE_PRESIGN_S set, a file answers 307 with a short-lived presigned URL of it."""
+    GLUEJOBS_STORAGE_PRESIGN_S set, a file answers 307 with a short-lived presigned URL of it.
+    A log file (logs/attempt-<n>.log) reads as GET /logs serves it to the same key."""
     folder = folder_of(settings, store, job.id)
     kind = folder.kind(path)
     if kind == "dir":
+        members = folder.members(path)
+        if not principal.is_admin:
+            members = (_for_user(settings, job, path, member) for member in members)
         return StreamingResponse(
-            tar_stream(folder.members(path)),
+            tar_stream(members),
             media_type="application/x-tar",
             headers={
                 "Content-Disposition": f'attachment; filename="{PurePosixPath(path).name or job.id}.tar"'
@@ -93,6 +112,10 @@ def read_job_artifact(
     if kind is None:
         raise NotFound(f"job {job.id} has no artifact {quote(path)}", field="path")
     name = PurePosixPath(path).name
+    if not principal.is_admin and _is_log(path):
+        with folder.open(path) as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+        return Response(log_for_user(settings, job, text), media_type="text/plain; charset=utf-8")
     if isinstance(folder, LocalFolder):
         target = folder.path(path)
         media_type = "application/json" if target.suffix == ".json" else None
@@ -101,3 +124,20 @@ def read_job_artifact(
         with folder.open(path) as handle:  # JSON files as JSON, as from the local folder
             return Response(handle.read(), media_type="application/json")
     return stored_download(store, settings, job_key(job.id, PurePosixPath(path).as_posix()), name)
+
+
+def _is_log(relative: str) -> bool:
+    parts = PurePosixPath(relative).parts
+    return bool(parts) and kind_of(PurePosixPath(*parts)) == "log"
+
+
+def _for_user(settings: Settings, job: Job, folder: str, member: Member) -> Member:
+    """A tar member as a non-admin reads it: a log file as GET /logs serves it (read whole: a tar
+    header states the size before the bytes), any other file as it is."""
+    inside = member.name.split("/", 1)[-1]  # the archive's names start with the folder's own name
+    relative = f"{folder.strip('/')}/{inside}" if folder.strip("/") else inside
+    if not _is_log(relative):
+        return member
+    with member.open() as handle:
+        text = log_for_user(settings, job, handle.read().decode("utf-8", errors="replace")).encode()
+    return replace(member, size=len(text), open=lambda: io.BytesIO(text))

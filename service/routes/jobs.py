@@ -23,7 +23,7 @@ from service.deps import (
 from service.dry_run.plan import plan_job
 from service.edge.spec_route import SpecCheckedRoute
 from service.idempotency import request_hash
-from service.job_views import job_view, job_views
+from service.job_views import for_user, job_view, job_views
 from service.research.reproduction import compare_runs
 from service.schemas.jobs import (
     CheckpointList,
@@ -36,6 +36,7 @@ from service.schemas.jobs import (
     MetricPublic,
     Page,
 )
+from service.user_views import checkpoint_path
 from shared import jobs_repo
 from shared.core.artifact_links import download_command
 from shared.core.errors import Conflict, InvalidRequest, quote
@@ -143,7 +144,7 @@ def create_job(
         )
         if not created:
             response.status_code = status.HTTP_200_OK
-        return job_view(session, settings, job)
+        return job_view(session, settings, job, principal)
     job = jobs_repo.create_job(
         session,
         spec=spec.model_dump(mode="json"),
@@ -155,7 +156,7 @@ def create_job(
         warnings=warnings,
         quotas=QuotaDefaults.from_settings(settings),
     )
-    return job_view(session, settings, job)
+    return job_view(session, settings, job, principal)
 
 
 @router.get("", response_model=Page[JobPublic])
@@ -180,18 +181,24 @@ def read_jobs(
         limit=limit,
         owner=principal.owner_filter,
     )
-    return _page(job_views(session, settings, jobs), [j.id for j in jobs], has_more)
+    return _page(job_views(session, settings, jobs, principal), [j.id for j in jobs], has_more)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
-def read_job(job: JobDep, session: SessionDep, settings: SettingsDep) -> JobPublic:
+def read_job(job: JobDep, session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> JobPublic:
     """One job: status, resolved spec, attempts, worker, timestamps, error, output_dir, metrics, its
-    reproducibility record; a rerun also says whether it reproduced the original's metrics."""
-    public = job_view(session, settings, job)
+    reproducibility record; a rerun also says whether it reproduced the original's metrics.
+
+    With a non-admin key, `output_dir` and `result.model_dir` are the job's API path
+    (`/v1/jobs/{id}/artifacts`), and the record's file paths are named as the spec named them; an
+    admin key reads where the worker stored them."""
+    public = job_view(session, settings, job, principal)
     if job.rerun_of is not None:
         original = jobs_repo.find_job(session, job_id=job.rerun_of)
         if original is not None:
             public.reproduction = compare_runs(original, job)
+            if not principal.is_admin:
+                public = for_user(settings, job, public)
     return public
 
 
@@ -232,7 +239,7 @@ def rerun_job(
         warnings=warnings,
         quotas=QuotaDefaults.from_settings(settings),
     )
-    return job_view(session, settings, rerun)
+    return job_view(session, settings, rerun, principal)
 
 
 @router.post(
@@ -255,7 +262,7 @@ def cancel_job(
     )
     if cancelled.status == JobStatus.cancelling:
         response.status_code = status.HTTP_202_ACCEPTED
-    return job_view(session, settings, cancelled)
+    return job_view(session, settings, cancelled, principal)
 
 
 @router.get("/{job_id}/metrics", response_model=Page[MetricPublic])
@@ -284,13 +291,17 @@ async def read_job_metrics(
 
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointList)
-def read_job_checkpoints(job: JobDep, session: SessionDep) -> CheckpointList:
-    """The job's saved checkpoints (those save_total_limit kept), oldest first."""
+def read_job_checkpoints(job: JobDep, session: SessionDep, principal: PrincipalDep) -> CheckpointList:
+    """The job's saved checkpoints (those save_total_limit kept), oldest first: `path` is the
+    checkpoint's API path (an admin key: where the worker stored it), `download` the command."""
     rows = jobs_repo.list_checkpoints(session, job_id=job.id)
     return CheckpointList(
         data=[
             CheckpointPublic.model_validate(r).model_copy(
-                update={"download": download_command(job.id, checkpoint=r.step)}
+                update={
+                    "download": download_command(job.id, checkpoint=r.step),
+                    **({} if principal.is_admin else {"path": checkpoint_path(job.id, r.step)}),
+                }
             )
             for r in rows
         ]

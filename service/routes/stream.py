@@ -48,6 +48,7 @@ from service.deps import JobDep, PrincipalDep, SettingsDep, get_database, get_st
 from service.edge.rate_limits import REFRESH_S, StreamSlots
 from service.files.downloads import folder_of
 from service.files.job_folders import new_log_pieces
+from service.user_views import log_for_user
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.errors import InvalidRequest, Unauthorized
 
@@ -134,13 +135,15 @@ async def stream_job(
     settings: SettingsDep,
     cursor: Annotated[Cursor, Depends(_resume_from)],
     refresh_slot: Annotated[Callable[[], None], Depends(_stream_slot)],
+    principal: PrincipalDep,
     logs: Annotated[bool, Query(description="Also follow the job's log file (events `log`)")] = False,
 ) -> AsyncIterator[ServerSentEvent]:
     """The job's new rows as they are written, as Server-Sent Events:
 
     - `metric`: a metric row (as in /metrics); `checkpoint`: a checkpoint saved (as in /checkpoints);
     - `status`: a status change; `event`: any other job event (as in /events);
-    - `log` (with `logs=true`): new lines of the job's log, `{attempt, text}`;
+    - `log` (with `logs=true`): new lines of the job's log, `{attempt, text}` (a non-admin key: as
+      GET /logs serves them, without tracebacks or the machines' places);
     - `end`: the job has ended, `{status}`; the stream closes after it.
 
     A comment line keeps the connection alive every few seconds. Reconnect with `Last-Event-ID`
@@ -211,8 +214,10 @@ async def stream_job(
                 )
                 for piece in pieces:
                     cursor = replace(cursor, attempt=piece.attempt, offset=piece.offset)
+                    # A non-admin reads the log as GET /logs serves it (service/user_views.py).
+                    text = piece.text if principal.is_admin else log_for_user(settings, job, piece.text)
                     yield ServerSentEvent(
-                        event="log", id=str(cursor), data={"attempt": piece.attempt, "text": piece.text}
+                        event="log", id=str(cursor), data={"attempt": piece.attempt, "text": text}
                     )
                     last_sent = time.monotonic()
                 if pieces:

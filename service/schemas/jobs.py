@@ -119,10 +119,17 @@ class JobPublic(BaseModel):
     not_before: datetime | None = Field(
         default=None, description="A retried job is not claimed before this time (backoff)"
     )
-    output_dir: str | None
+    output_dir: str | None = Field(
+        description="The job's files: their API path, /v1/jobs/{id}/artifacts (GET lists them; `gluejobs "
+        "download ID DIR` fetches the model); for an admin key, where the worker stored them (its folder "
+        "or the store's URI)"
+    )
     latest_metrics: dict[str, Any] = Field(description="Per split, the newest value of each metric")
     best_metrics: dict[str, Any] | None = Field(description="The best evaluation by metric_for_best_model")
-    result: dict[str, Any] | None = Field(description="Parameter counts, throughput, peak memory …")
+    result: dict[str, Any] | None = Field(
+        description="Parameter counts, throughput, peak memory …; `model_dir` is the final model's API "
+        "path (an admin key: the worker's folder)"
+    )
     sweep_id: int | None = Field(default=None, description="The sweep this job is one combination of")
     rerun_of: int | None = Field(
         default=None, description="The job this one repeats (POST /v1/jobs/{id}/rerun)"
@@ -130,7 +137,8 @@ class JobPublic(BaseModel):
     environment: dict[str, Any] | None = Field(
         default=None,
         description="Reproducibility record of the latest attempt: versions, device, sha256 of data and "
-        "weights, the resolved spec",
+        "weights (each file named as the spec names it; an admin key: its path on the worker), the "
+        "resolved spec",
     )
     waiting_for: WaitingFor | None = Field(
         default=None,
@@ -194,8 +202,9 @@ class CheckpointPublic(BaseModel):
     step: int
     path: str | None = Field(
         default=None,
-        description="Where the worker stored it (its folder, or the store's URI), for operators; not in "
-        "the live stream's checkpoint messages, whose readers fetch it with `download`",
+        description="Its API path, /v1/jobs/{id}/artifacts/checkpoints/checkpoint-{step} (a GET answers a "
+        "tar stream); for an admin key, where the worker stored it (its folder, or the store's URI). Not "
+        "in the live stream's checkpoint messages, whose readers fetch it with `download`",
     )
     download: str | None = Field(default=None, description="The command that downloads it to a folder DIR")
     metrics: dict[str, Any]
