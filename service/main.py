@@ -53,7 +53,7 @@ from shared.core.db import Database
 from shared.core.owners import adopt_configured_owners
 from shared.core.storage import Store, StoreUnavailable, open_store
 from shared.core.tables import ApiKey
-from shared.model_folders.stored_models import sweep_model_orphans
+from shared.jobs_repo.model_objects import sweep_model_orphans
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.faults import CRASH_AT_ENV
 from shared.core.storage import Store, model_blob_key, open_store
-from shared.model_folders.stored_models import sweep_model_orphans
+from shared.jobs_repo.model_objects import sweep_model_orphans
 from tests.e2e import LOOPBACK_URL, api_process
 from tests.kit import ALICE, ROOT, TINY_MODEL
 

@@ -4,7 +4,7 @@ A model folder arrives as a tar in the multipart part `file` (`gluejobs models u
 streamed to this machine's disk (service/files/uploads.py), unpacked member by member and checked as a
 loadable transformers folder without torch (shared/model_folders/uploads.py), and only then stored: each
 file under its sha256, the manifest of paths and hashes under its own sha256, which is the model's
-hash; its row names it for its owner (shared/model_folders/stored_models.py: dedup within an owner
+hash; its row names it for its owner (shared/jobs_repo/model_objects.py: dedup within an owner
 only, objects no row holds removed or swept). A refused or cut-off upload keeps nothing. A job names it in
 `model_name_or_path` as `model:NAME`; workers fetch it by hash into their cache.
 """
@@ -30,8 +30,8 @@ from shared.core.config import Settings
 from shared.core.errors import Conflict, InvalidRequest
 from shared.core.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
 from shared.core.tables import StoredModel
+from shared.jobs_repo.model_objects import remove_unheld, restore_missing, store_model
 from shared.jobspec.registered_models import NAME_PATTERN
-from shared.model_folders.stored_models import remove_unheld, restore_missing, store_model
 from shared.model_folders.uploads import check_model_folder, unpack_model_tar
 
 logger = logging.getLogger(__name__)
