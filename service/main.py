@@ -20,6 +20,7 @@ from service.background.stream_fanout import StreamFanout
 from service.background.webhook_dispatcher import dispatching
 from service.dry_run.slots import DryRunSlots
 from service.edge import outage
+from service.edge.disconnects import QuietDisconnects
 from service.edge.guard import PROTECTED_PREFIX, RequestGuard
 from service.edge.input_checks import reject_unstorable_values
 from service.edge.origins import SAFE_METHODS, HostRules
@@ -195,6 +196,8 @@ def create_app(
         max_model_bytes=settings.max_model_bytes,
         limits=RateLimits.from_settings(settings, app.state.db),
     )
+    # Outside the guard and every route: a client gone mid-answer is not an error (edge/disconnects.py).
+    app.add_middleware(QuietDisconnects)
 
     v1 = APIRouter(prefix=PROTECTED_PREFIX)
     v1.include_router(jobs.router)
