@@ -39,7 +39,7 @@ class DiskState:
 
     def describe(self) -> str:
         """In words, without a path (users may read it)."""
-        return f"{_mib(self.free_bytes)} free on the worker's disk (its floor is {_mib(self.floor_bytes)})"
+        return f"{_mib(self.free_bytes)} free on the worker's disk; its floor is {_mib(self.floor_bytes)}"
 
     def as_dict(self) -> dict[str, object]:
         return {"free_bytes": self.free_bytes, "min_free_bytes": self.floor_bytes, "low": self.low}
