@@ -118,7 +118,7 @@ class Job(Result):
     cancel_requested_at: datetime | None = None
     error: str | None = None
     error_code: str | None = None
-    output_dir: str | None = None
+    output_dir: str | None = None  # /v1/jobs/N/artifacts (an admin key: the worker's folder or store URI)
     latest_metrics: dict[str, Any] = field(default_factory=dict)
     best_metrics: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
@@ -234,7 +234,9 @@ class Event(Result):
 class Checkpoint(Result):
     epoch: float = 0.0
     step: int = 0
-    path: str | None = None  # the worker's folder or the store's URI (operators); not in live streams
+    # Its folder's API path (/v1/jobs/N/artifacts/checkpoints/checkpoint-S); for an admin key the
+    # worker's folder or the store's URI. Not in live streams' checkpoint messages.
+    path: str | None = None
     download: str | None = None  # the command that downloads it
     metrics: dict[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None

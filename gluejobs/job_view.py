@@ -60,8 +60,8 @@ def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
         head.append(("best", f"{best['metric']} {best['value']:.4f} at step {best['step']}"))
     for checkpoint in checkpoints:
         mark = " (best)" if checkpoint.is_best else ""
-        # The command that fetches it, not its place on a worker's disk or in the store (the API's
-        # checkpoint rows still carry `path`, for operators).
+        # The command that fetches it: what a reader can run (an admin key's rows carry the worker's
+        # place in `path`, which means nothing on this machine).
         fetch = f"gluejobs download {job.id} DIR --checkpoint {checkpoint.step}"
         head.append(("checkpoint", f"step {checkpoint.step}, epoch {checkpoint.epoch:g}{mark}: {fetch}"))
     if job.output_dir:
