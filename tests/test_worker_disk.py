@@ -244,17 +244,19 @@ def _worker_on_a_disk_that_fills(settings_factory: Any, db_url: str, tmp_path: P
         worker_min_free_bytes=floor,
         max_resource_handbacks=3,
         retry_backoff_s=0.0,
+        warm_start=False,  # a fresh interpreter per attempt: no template to wait for
     )
     spec = {
         "model_name_or_path": "tiny-bert",
         "task_name": "sst2",
-        "max_train_samples": 1920,
+        "max_train_samples": 960,
         "max_eval_samples": 32,
         "per_device_train_batch_size": 16,
         "num_train_epochs": 1,
         "logging_steps": 10,
         "save_strategy": "steps",
         "save_steps": 10,
+        "save_total_limit": 2,  # so the job alone fits the disk (its own bound is issue 34 item 2)
         "eval_strategy": "no",
         "seed": 3,
     }
