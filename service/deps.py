@@ -26,6 +26,7 @@ from shared.core.tables import File, Job, Search, StoredModel, Sweep
 from shared.data.local_copies import local_copy
 from shared.jobspec.data_scope import DataScope, data_scope
 from shared.jobspec.registered_models import NAME_PATTERN, RegisteredModel, reference
+from shared.jobspec.suggest import did_you_mean
 from shared.jobspec.upload_tally import StoredUpload
 from shared.jobspec.uploaded_files import UploadedFile
 from shared.searches import store as search_store
@@ -106,6 +107,10 @@ async def _store(request: Request) -> Store:
 StoreDep = Annotated[Store, Depends(_store)]
 
 
+# A mistyped `model:NAME` is matched against the caller's newest this many registered models.
+SUGGESTED_MODELS = 1000
+
+
 def get_data_scope(
     settings: SettingsDep, principal: PrincipalDep, session: SessionDep, store: StoreDep
 ) -> DataScope:
@@ -139,10 +144,18 @@ def get_data_scope(
             )
         except NotFound:
             raise NotFound(
-                f"no registered model {reference(name, owner)!r} (gluejobs models ls lists yours)",
+                f"no registered model {reference(name, owner)!r}{_near_models(name, owner)} (gluejobs "
+                "models ls lists yours)",
                 field="spec.model_name_or_path",
             ) from None
         return RegisteredModel(name=model.name, owner=model.owner, sha256=model.sha256, bytes=model.bytes)
+
+    def _near_models(name: str, owner: str | None) -> str:
+        # Among the models the caller may name this way: their own, or (admins) the owner's named.
+        if owner is not None and owner != principal.owner and not principal.is_admin:
+            return ""
+        rows, _more = jobs_repo.list_models(session, limit=SUGGESTED_MODELS, owner=owner or principal.owner)
+        return did_you_mean(name, [row.name for row in rows], prefix=reference("", owner))
 
     stored: dict[str, StoredUpload] = {}
     return data_scope(

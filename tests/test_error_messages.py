@@ -275,19 +275,23 @@ def submitted(settings: Settings, db: Database, model: str) -> Any:
     )
 
 
-def test_an_offline_api_says_it_could_not_check_and_suggests_the_local_model(
+def test_an_offline_api_refuses_what_it_cannot_find_and_suggests_the_local_model(
     models: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Offline by configuration, a Hub id not in the Hub cache is refused naming it (issue 35 item 3:
+    such jobs failed on a worker seconds later); an API that could not reach the Hub only warns
+    (tests/test_one_pass_problems.py)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
     response = submitted(models, db, "all-MiniLM-L6-v3")
 
-    assert response.status_code == 201
-    assert response.json()["warnings"] == [
-        "model_name_or_path: could not check 'all-MiniLM-L6-v3': it is neither a folder in "
-        "GLUEJOBS_MODELS_DIR nor in the Hub cache, and the API is offline (HF_HUB_OFFLINE); a worker "
-        "will try to download it; did you mean 'all-MiniLM-L6-v2'?"
-    ]
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert message.startswith(
+        "'all-MiniLM-L6-v3' is neither a folder in GLUEJOBS_MODELS_DIR nor in the Hub cache, and the API "
+        "is offline (HF_HUB_OFFLINE), so it is not taken on trust"
+    ), message
+    assert message.endswith("; did you mean 'all-MiniLM-L6-v2'?"), message
 
 
 def test_a_model_the_hub_does_not_have_is_refused_with_its_near_match(

@@ -187,10 +187,16 @@ def test_dry_run_warnings_come_first_and_the_job_keeps_them(
     client: TestClient, glue_data: Path, tmp_path: Path
 ) -> None:
     """A dry run on the warned file answers its warnings first (before the spec's many lines); the job
-    submitted with it carries them, and GET /v1/jobs/{id} shows them."""
+    submitted with it carries them, and GET /v1/jobs/{id} shows them. Its `postive` is a stray value,
+    refused unless keep_labels names it (tests/test_one_pass_problems.py): named, it warns."""
     path = write_csv(tmp_path / "warned.csv", warned_rows(glue_data))
     file_id = client.post("/v1/files", files={"file": ("warned.csv", path.read_bytes())}).json()["id"]
     spec = {"model_name_or_path": TINY_MODEL, "train_file": file_id, "eval_strategy": "no", "seed": 1}
+    stray = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec})
+    assert stray.status_code == 422 and stray.json()["error"]["errors"][0]["code"] == "stray_label", (
+        stray.text
+    )
+    spec["keep_labels"] = ["postive"]
     plan = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec})
     assert plan.status_code == 200, plan.text
     assert list(plan.json())[:2] == ["dry_run", "warnings"]

@@ -23,7 +23,7 @@ from service.bounded_child import ChildFailed, ChildLimits, run_bounded
 from service.dry_run.slots import DryRunSlots
 from service.files.upload_checks import FIELD, UploadReport, check_mapping, check_upload, task_of
 from shared.core.config import Settings
-from shared.core.errors import GluejobsError, InvalidRequest
+from shared.core.errors import GluejobsError, InvalidRequest, Problem
 from shared.data.limits import FileLimits
 from shared.jobspec.column_mapping import ColumnMapping
 
@@ -75,8 +75,7 @@ class FileChecks:
         except ChildFailed as failed:
             raise self._failed(filename, failed) from None
         if kind == "refused":
-            message, field = value
-            raise InvalidRequest(message, field=field)
+            raise InvalidRequest(problems=value)
         assert isinstance(value, UploadReport)
         return value
 
@@ -113,11 +112,12 @@ def _system_memory_pool() -> None:
 def _check_in_child(
     path: Path, filename: str, purpose: str, task_name: str | None, limits: FileLimits, mapping: ColumnMapping
 ) -> tuple[str, Any]:
-    """In the child: ("ok", the report) or ("refused", (message, field))."""
+    """In the child: ("ok", the report) or ("refused", every problem found: a file lacking two mapped
+    columns is refused naming both)."""
     try:
         report = check_upload(
             path, filename=filename, purpose=purpose, task=task_of(task_name), limits=limits, mapping=mapping
         )
     except GluejobsError as exc:
-        return "refused", (exc.message, exc.field or FIELD)
+        return "refused", [Problem(p.field or FIELD, p.code, p.message) for p in exc.problems]
     return "ok", report

@@ -38,7 +38,14 @@ from shared.data.limits import (
     json_records,
     parquet_row_groups,
 )
-from shared.data.quality_warnings import DEFAULT_MAX_LENGTH, label_warnings, long_rows_warning, word_counts
+from shared.data.quality_warnings import (
+    DEFAULT_MAX_LENGTH,
+    STRAY_ROWS_SHOWN,
+    label_pairs,
+    label_warnings,
+    long_rows_warning,
+    word_counts,
+)
 
 # The reading rule's own helpers: these checks must be exactly the dry run's.
 from shared.data.reading import (
@@ -142,8 +149,9 @@ def check_upload(
             long_rows += int((word_counts(pd.DataFrame(texts)) > DEFAULT_MAX_LENGTH).sum())
             tally.add(table, labels_required=purpose != "test")
             rows += len(frame)
-    except DataError as exc:
-        raise InvalidRequest(exc.message, field=FIELD) from exc
+    except DataError as exc:  # every problem it found (each mapped column the file lacks), as the file's
+        found = [Problem(FIELD, InvalidRequest.code, p.message) for p in exc.problems]
+        raise InvalidRequest(problems=found) from exc
     except OverLimit as exc:
         raise InvalidRequest(f"{where}: {exc.message}", field=FIELD) from exc
     except (ValueError, OSError) as exc:  # parser, decoding and Arrow errors derive from these
@@ -174,7 +182,7 @@ def upload_warnings(checks: dict[str, Any], rows: int) -> list[Problem]:
     """What an upload's checks found that will train but probably not as meant
     (shared/data/quality_warnings.py): a function of the stored checks, so the upload's answer and every later
     read give the same."""
-    warnings = label_warnings(checks.get("label_counts") or {}, FIELD)
+    warnings = label_warnings(checks.get("label_counts") or {}, FIELD, checks.get("label_rows"))
     long = checks.get("long_rows") or {}
     found = long_rows_warning(int(long.get("rows") or 0), rows, int(long.get("max_length") or 0), FIELD)
     return warnings + ([found] if found is not None else [])
@@ -290,6 +298,9 @@ class _Labels:
 
     task: GlueTask | None
     counts: Counter[Any] = field(default_factory=Counter)
+    # The first rows (numbered as the file's) of each value, for a stray value's refusal: a job on the
+    # upload reads its tally, not its rows (shared/submission/data_checks.py).
+    first_rows: dict[Any, list[int]] = field(default_factory=dict)
     ids: np.ndarray | None = None  # a task's classes: rows per id
     scores: list[float] = field(default_factory=lambda: [np.inf, -np.inf, 0.0, 0.0])  # min max sum n
     labelled: int = 0
@@ -316,11 +327,20 @@ class _Labels:
         self.labelled += len(labels)
         if len(self.counts) <= MAX_CLASSES:
             self.counts.update(labels.tolist())
+            self._note_rows(table, labels)
         else:  # past any classification: only scores can be this many
             numbers = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=np.float64)
             if not np.isfinite(numbers).all():
                 raise self._neither(table.where)
             self._scores(numbers)
+
+    def _note_rows(self, table: Table, labels: pd.Series) -> None:
+        # One pass over the piece: each value's first few rows (the values already noted in full skip).
+        rows = pd.DataFrame({"value": labels.to_numpy(), "row": np.arange(len(labels))})
+        for value, row in rows.groupby("value", sort=False).head(STRAY_ROWS_SHOWN).itertuples(index=False):
+            noted = self.first_rows.setdefault(value, [])
+            if len(noted) < STRAY_ROWS_SHOWN:
+                noted.append(int(table.row_number(int(row))))
 
     def _scores(self, values: np.ndarray) -> None:
         low, high, total, n = self.scores
@@ -366,7 +386,10 @@ class _Labels:
             raise InvalidRequest(
                 f"{where} mixes label types (e.g. numbers and strings) in column {LABEL!r}", field=FIELD
             ) from None
-        return {"labels": "classes", "label_counts": {str(name): merged[name] for name in ordered}}
+        counts = {str(name): merged[name] for name in ordered}
+        strays = {rarer for rarer, _other, _how, stray in label_pairs(counts) if stray}
+        rows = {str(value): noted for value, noted in self.first_rows.items() if str(value) in strays}
+        return {"labels": "classes", "label_counts": counts, **({"label_rows": rows} if rows else {})}
 
     @staticmethod
     def _neither(where: str) -> InvalidRequest:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from shared.core.config import Settings
-from shared.core.errors import InvalidSpec, JobFailed, shorten
+from shared.core.errors import InvalidSpec, JobFailed, Problem, shorten
 from shared.data.limits import FileLimits, OverLimit, check_file
 from shared.jobspec.column_mapping import ColumnMapping, flags_hint, guess, missing_message
 from shared.jobspec.data_scope import stored_data_path
@@ -51,6 +51,7 @@ _TSV_OPTIONS: dict[str, Any] = {
 }
 SPEC_FILE_FIELDS = ("train_file", "validation_file", "test_file")
 SHOWN_CHARS = 80  # of a value from a file in a message
+DATA_PROBLEM = "invalid_data"  # the code of a data file's problem
 
 
 class DataError(JobFailed):
@@ -315,14 +316,20 @@ def _read_spec_files(
 def mapped_table(
     table: Table, mapping: ColumnMapping, task_keys: tuple[str, str | None] | None, *, labels_required: bool
 ) -> Table:
-    """The table with the mapping's columns under the names they are read by; DataError naming a
-    mapped column the file lacks (with its near match)."""
+    """The table with the mapping's columns under the names they are read by; DataError naming every
+    mapped column the file lacks (each a problem of its own, with its near match)."""
     columns = [str(c) for c in table.frame.columns]
     missing = mapping.missing(columns, labels_required=labels_required)
-    if missing is not None:
-        field_name, column = missing
-        words = missing_message(field_name, column, columns, quotable=table.quotable)
-        raise DataError(f"{table.where} {words}", field=table.field)
+    if missing:
+        problems = [
+            Problem(
+                table.field or "",
+                DATA_PROBLEM,
+                f"{table.where} {missing_message(name, column, columns, quotable=table.quotable)}",
+            )
+            for name, column in missing
+        ]
+        raise DataError(problems=problems)
     keys = mapping.text_keys(task_keys)
     table.written = columns
     table.frame = mapping.apply(table.frame, task_keys)

@@ -101,17 +101,19 @@ class ColumnMapping:
             return "text_pair_column", "this task takes one text per row: text_pair_column has no use"
         return None
 
-    def missing(self, columns: Sequence[str], *, labels_required: bool) -> tuple[str, str] | None:
-        """(field, column) of the first mapped column a file lacks (a label column may be missing from
-        a file whose labels are optional: a test file)."""
+    def missing(self, columns: Sequence[str], *, labels_required: bool) -> list[tuple[str, str]]:
+        """(field, column) of every mapped column a file lacks, in the fields' order: all of them, so
+        that one answer names each mistyped column (a label column may be missing from a file whose
+        labels are optional: a test file)."""
+        found = []
         for name in COLUMN_FIELDS:
             value = getattr(self, name)
             if value is None or value in columns:
                 continue
             if name == "label_column" and not labels_required:
                 continue
-            return name, value
-        return None
+            found.append((name, value))
+        return found
 
     def text_keys(self, task_keys: tuple[str, str | None] | None) -> tuple[str, str | None] | None:
         """The text columns after renaming: the task's, or the mapped ones of one's own data; None

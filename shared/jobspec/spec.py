@@ -241,6 +241,15 @@ class JobSpec(BaseModel):
         description="The column that holds the labels (AutoTrain's target_column, also taken under that "
         "name). Absent: 'label'",
     )
+    # A rare label spelled like a frequent one is refused as a stray value (shared/submission/data_checks.py)
+    # unless named here: the one way to say "this really is a class of its own".
+    keep_labels: list[ColumnName] | None = Field(
+        default=None,
+        max_length=100,
+        description="Labels of one's own train_file that are classes of their own although rare and spelled "
+        "like a frequent label ('pos' beside 'positive ', 'Neg' beside 'neg'); without it such a label is "
+        "refused, naming its rows and the label it is near",
+    )
     max_train_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
     max_eval_samples: SampleCount | None = Field(default=None, description=f"At most {MAX_SAMPLES:,}")
 

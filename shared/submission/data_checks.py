@@ -32,8 +32,16 @@ import numpy as np
 
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, Problem
-from shared.data.quality_warnings import class_warnings, long_rows_warning, word_counts
+from shared.data.quality_warnings import (
+    STRAY_ROWS_SHOWN,
+    class_warnings,
+    label_pairs,
+    long_rows_warning,
+    rows_words,
+    word_counts,
+)
 from shared.data.reading import (
+    DATA_PROBLEM,
     GLUE_LAYOUTS,
     SPEC_FILE_FIELDS,
     DataError,
@@ -56,7 +64,6 @@ CACHED_REPORTS = 256
 # (shared/jobspec/suggest.py's measure, stricter here: "entailment"/"not_entailment" are 0.83 apart).
 TYPO_RARITY = 10
 TYPO_RATIO = 0.85
-DATA_PROBLEM = "invalid_data"  # the code of a data file's problem
 
 
 @dataclass(frozen=True)
@@ -153,11 +160,16 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
             data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
         predict = _predict_splits(spec, settings)
     except DataError as exc:
-        first = as_invalid_spec(exc).problems[0]
-        others = data_problems(spec, settings, scope=scope, skip={first.field})
-        refusal = InvalidSpec(problems=in_file_order([first, *(p for p in others if p != first)]))
+        first = list(as_invalid_spec(exc).problems)
+        others = data_problems(spec, settings, scope=scope, skip={first[0].field})
+        refusal = InvalidSpec(problems=in_file_order([*first, *(p for p in others if p not in first)]))
         _cache.put(key, refusal)
         raise refusal from exc
+    strays = stray_labels(spec, data, scope)
+    if strays:
+        refusal = InvalidSpec(problems=strays)
+        _cache.put(key, refusal)
+        raise refusal
     report = _report(data, predict, own_labels=spec.task_name is None, max_length=spec.max_length)
     if spec.do_predict and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
@@ -179,8 +191,11 @@ def _reading(at_once: int) -> threading.BoundedSemaphore:
 
 
 def as_invalid_spec(exc: DataError) -> InvalidSpec:
-    # A GLUE file's problem is the task's (its folder or layout): name task_name.
-    return InvalidSpec(problems=[Problem(exc.field or "task_name", DATA_PROBLEM, exc.message)])
+    """Each of the error's problems (a file lacking two mapped columns has two) under its spec field.
+    A GLUE file's problem is the task's (its folder or layout): named task_name."""
+    return InvalidSpec(
+        problems=[Problem(p.field or "task_name", DATA_PROBLEM, p.message) for p in exc.problems]
+    )
 
 
 def data_problems(
@@ -198,14 +213,17 @@ def data_problems(
         rest, train = variant
         try:
             with _reading(settings.max_file_checks):
-                read_job_data(rest, settings, train=train, quotable=scope.owns, stored=scope.stored_uploads)
+                data = read_job_data(
+                    rest, settings, train=train, quotable=scope.owns, stored=scope.stored_uploads
+                )
+            problems += stray_labels(rest, data, scope)
             break
         except DataError as exc:
-            problem = as_invalid_spec(exc).problems[0]
-            if problem.field in failed:
+            found = as_invalid_spec(exc).problems  # one file's problems share its field
+            if found[0].field in failed:
                 break
-            problems.append(problem)
-            failed.add(problem.field)
+            problems += found
+            failed.add(found[0].field)
     return in_file_order(problems)
 
 
@@ -235,6 +253,53 @@ def _without(spec: JobSpec, fields: Collection[str]) -> tuple[JobSpec, bool] | N
         return None
     # A task's job without its train_file reads its evaluation rows alone (read_job_data(train=False)).
     return rest, "train_file" not in dropped
+
+
+def stray_labels(spec: JobSpec, data: JobData, scope: DataScope) -> list[Problem]:
+    """The stray values among the labels of one's own train_file (shared/data/quality_warnings.label_pairs:
+    `positive ` once beside 200 `pos`), each a problem naming its rows and the label it is near, unless
+    the spec's keep_labels names it: it would train as a class of its own, and the head would grow one.
+    A task's labels are fixed, so there a stray value does not fit the task and reading refuses it;
+    labels of a file the caller does not own are not quoted (nor refused: its owner is told)."""
+    train = data.train
+    if spec.task_name is not None or train is None or train.labels is None or data.is_regression:
+        return []
+    if not train.table.quotable:
+        return []
+    names = data.label_names or []
+    tally = np.bincount(train.labels, weights=train.weights, minlength=len(names)).astype(np.int64)
+    counts = {name: int(tally[i]) for i, name in enumerate(names)}
+    kept = set(spec.keep_labels or ())
+    field = train.table.field or "train_file"
+    problems = []
+    for rarer, other, how, stray in label_pairs(counts):
+        if not stray or rarer in kept:
+            continue
+        rows = _label_rows(spec, train, names.index(rarer), rarer, scope)
+        where = f"on {rows_words(rows, counts[rarer])}" if rows else f"in {counts[rarer]} rows"
+        problems.append(
+            Problem(
+                field,
+                "stray_label",
+                f"{train.table.where}: label {rarer!r} {where} ({counts[rarer]} of {int(tally.sum())}) "
+                f"{how} {other!r} ({counts[other]} rows): a stray value, which would train as a class of "
+                f"its own ({len(names)} classes, not {len(names) - 1}); fix the row, or name it in "
+                f"keep_labels if it is a class",
+            )
+        )
+    return problems
+
+
+def _label_rows(spec: JobSpec, train: Split, label_id: int, label: str, scope: DataScope) -> list[int]:
+    """The first rows (numbered as in the file) holding a label: from the rows read, or, for an
+    uploaded file read as its tally, from what its upload's check noted."""
+    if train.weights is None:
+        at = np.flatnonzero(train.labels == label_id)[:STRAY_ROWS_SHOWN]
+        return [int(train.table.row_number(int(i))) for i in at]
+    record = (spec.uploaded_files or {}).get(train.table.field or "")  # type: ignore[call-overload]
+    stored = scope.stored_uploads.get(record.sha256) if record is not None else None
+    noted = (stored.checks.get("label_rows") or {}).get(label) if stored is not None else None
+    return [int(row) for row in noted or []]
 
 
 def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit]:
@@ -285,8 +350,10 @@ def _train_warnings(train: Split | None, report: SplitReport | None, max_length:
 def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
     """Labels of one's own training file that look like a typo of another: rare beside a near-identical
     frequent one (`postive` once among hundreds of `positive`). They train as classes of their own, so
-    the model's head grows a class; a task's labels are fixed, so there such a label is refused instead
-    (shared/data/reading.py). Labels of a file the caller does not own are not quoted."""
+    the model's head grows a class. A job gets here only with such a label named in its keep_labels
+    (or a file it may not quote): otherwise it is refused as a stray value (`stray_labels`); a task's
+    labels are fixed, so there such a label is refused by reading (shared/data/reading.py). Labels
+    of a file the caller does not own are not quoted."""
     if train is None or report is None or not report.label_counts or not train.table.quotable:
         return []
     counts = report.label_counts

@@ -23,6 +23,7 @@ from shared.core.errors import GluejobsError, InvalidRequest, InvalidSpec, NotFo
 from shared.data.reading import SPEC_FILE_FIELDS
 from shared.jobspec.data_scope import DataScope
 from shared.jobspec.metric_rules import greater_is_better
+from shared.jobspec.registered_models import reference
 from shared.jobspec.spec import JobSpec, check_paths, check_trackers
 from shared.submission.data_checks import check_job_data, data_problems, too_large_to_check, too_large_words
 from shared.submission.model_check import check_model
@@ -52,7 +53,11 @@ def check_job_spec(
         _collect(
             found,
             lambda: check_model(
-                checked.model_name_or_path, settings, notes, registered=checked.registered_model
+                checked.model_name_or_path,
+                settings,
+                notes,
+                registered=checked.registered_model,
+                is_own_model=_own_model(scope),
             ),
         )
     notes += spec_warnings(spec)
@@ -65,6 +70,10 @@ def check_job_spec(
             found += _as_errors(data_problems(checked, settings, scope=scope, skip=failed))
         else:
             _collect(found, lambda: notes.extend(check_job_data(checked, settings, scope=scope).warnings))
+    elif found and not read_data and not too_large_to_check(_readable(checked, found), settings):
+        # A dry run refused before its plan reads the data: the data's problems in the same answer.
+        failed = {_field(exc) for exc in found}
+        found += _as_errors(data_problems(checked, settings, scope=scope, skip=failed))
     if found:
         raise refusal(found)
     if warnings is not None:
@@ -84,7 +93,11 @@ def spec_problems(
         _collect(
             found,
             lambda: check_model(
-                checked.model_name_or_path, settings, [], registered=checked.registered_model
+                checked.model_name_or_path,
+                settings,
+                [],
+                registered=checked.registered_model,
+                is_own_model=_own_model(scope),
             ),
         )
     if read_data and not too_large_to_check(_readable(checked, found, skip), settings):
@@ -111,6 +124,21 @@ def _checked_paths(
     except InvalidSpec as exc:
         problems.append(exc)
         return checked
+
+
+def _own_model(scope: DataScope) -> Callable[[str], bool]:
+    """Whether the caller has a registered model of a name (a bare `minilm` meaning `model:minilm`)."""
+
+    def has(name: str) -> bool:
+        if scope.resolve_model is None:
+            return False
+        try:
+            scope.registered(reference(name), field="model_name_or_path")
+        except GluejobsError:  # no such model, or a name no registered model can have
+            return False
+        return True
+
+    return has
 
 
 def _readable(spec: JobSpec, found: Sequence[GluejobsError], skip: Collection[str] = ()) -> JobSpec:

@@ -5,8 +5,16 @@ rule). A folder must exist. A Hub id is looked for where a worker would find it 
 — the Hub cache (HF_HUB_CACHE, which the API and the workers share as they share the models folder)
 — and, when it is not there, on the Hub itself (HF_ENDPOINT), for at most GLUEJOBS_HUB_CHECK_TIMEOUT_S.
 A name the Hub does not have is refused with the near matches among the local folders and the cached
-ids ("did you mean"); an API that cannot ask the Hub (offline, HF_HUB_OFFLINE=1, a timeout of 0)
-accepts the job with a warning that says it could not check, and the same near matches.
+ids ("did you mean"). An API that is offline by configuration (HF_HUB_OFFLINE=1) refuses a Hub id
+that is not in the Hub cache, naming it: the API shares the workers' cache, and what it was told not to
+download is not known to exist. One that could not ask the Hub (no network, a timeout; or told not to
+ask: GLUEJOBS_HUB_CHECK_TIMEOUT_S 0) accepts the job with a warning that says so, and the same near
+matches.
+
+A bare name (no `org/`) that is not a folder but names one of the caller's registered models is
+refused with "did you mean 'model:NAME'": registered models are named with the prefix, and a worker
+would look for the bare name on the Hub. Only where the Hub cache or the Hub itself has a model of that
+name is it taken as the Hub's, with a warning naming the registered one.
 
 The Hub's answers are remembered for a few minutes, and an unreachable Hub for a minute, so the
 hundred combinations of a sweep ask once.
@@ -17,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -24,7 +33,7 @@ import httpx
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec
 from shared.core.storage import StoreUnavailable, open_store
-from shared.jobspec.registered_models import RegisteredModel, is_registered
+from shared.jobspec.registered_models import PREFIX, RegisteredModel, is_registered, reference
 from shared.jobspec.spec import locate_model
 from shared.jobspec.suggest import did_you_mean
 from shared.model_folders.cache import cached_model
@@ -39,7 +48,8 @@ MISSING_TTL_S = 60.0
 UNREACHABLE_TTL_S = 60.0
 _TRUE = ("1", "true", "yes", "on")
 
-FOUND, MISSING, UNKNOWN = "found", "missing", "unknown"
+# OFFLINE: the API is offline by configuration (HF_HUB_OFFLINE), so an id not in the Hub cache is refused.
+FOUND, MISSING, UNKNOWN, OFFLINE = "found", "missing", "unknown", "offline"
 
 
 def check_model(
@@ -48,12 +58,14 @@ def check_model(
     warnings: list[str],
     *,
     registered: RegisteredModel | None = None,
+    is_own_model: Callable[[str], bool] = lambda _name: False,
 ) -> None:
     """Refuse (InvalidSpec) a model that does not exist, or whose config.json declares a shape past
     GLUEJOBS_MAX_MODEL_PARAMETERS (a local folder, a registered model: `registered`, the spec's
     record of it); append to `warnings` when it could not be checked. `model_name` is the spec's name
     as it will be stored; a registered model (`model:NAME`) was found when the spec's names were
-    resolved (shared.jobspec.spec.check_paths)."""
+    resolved (shared.jobspec.spec.check_paths). `is_own_model(name)` says whether the caller has a
+    registered model of that name (a bare name missing its prefix)."""
     if is_registered(model_name):
         if registered is not None:
             _check_registered_size(registered, settings, warnings)
@@ -70,19 +82,44 @@ def check_model(
         else:
             _check_size(source / "config.json", settings)
         return
+    # Registered names hold no "/": an `org/name` is the Hub's whatever the caller registered.
+    own = reference(model_name) if "/" not in model_name and is_own_model(model_name) else None
     if in_hub_cache(model_name):
+        _beside_own(model_name, own, "in the Hub cache", warnings)
         return
     answer, reason = hub_lookup(model_name, settings.hub_check_timeout_s)
     if answer == FOUND:
+        _beside_own(model_name, own, "on the Hub", warnings)
         return
-    hint = did_you_mean(model_name, [*local_models(settings.models_dir), *cached_hub_ids()])
     where = "neither a folder in GLUEJOBS_MODELS_DIR nor in the Hub cache"
+    if own is not None:
+        raise InvalidSpec(
+            f"{model_name!r} is {where}, but one of your registered models is named so: did you mean "
+            f"{own!r}? (a registered model is named with the {PREFIX!r} prefix)",
+            field=FIELD,
+        )
+    hint = did_you_mean(model_name, [*local_models(settings.models_dir), *cached_hub_ids()])
     if answer == MISSING:
         raise InvalidSpec(f"{model_name!r} is {where}, and the Hub has no such model{hint}", field=FIELD)
+    if answer == OFFLINE:
+        raise InvalidSpec(
+            f"{model_name!r} is {where}, and {reason}, so it is not taken on trust: put it in the Hub "
+            f"cache the API and the workers share or in GLUEJOBS_MODELS_DIR, or register it (gluejobs "
+            f"models upload){hint}",
+            field=FIELD,
+        )
     warnings.append(
         f"{FIELD}: could not check {model_name!r}: it is {where}, and {reason}; a worker will try to "
         f"download it{hint}"
     )
+
+
+def _beside_own(model_name: str, own: str | None, where: str, warnings: list[str]) -> None:
+    if own is not None:
+        warnings.append(
+            f"{FIELD}: {model_name!r} is the model {where}, not your registered model of that name "
+            f"(name that one {own!r})"
+        )
 
 
 def _check_size(config_path: Path, settings: Settings) -> None:
@@ -192,11 +229,11 @@ _answers = _Answers()
 
 
 def hub_lookup(repo_id: str, timeout_s: float) -> tuple[str, str]:
-    """(FOUND | MISSING | UNKNOWN, why it is unknown) for a model id, from the Hub's model API."""
+    """(FOUND | MISSING | UNKNOWN | OFFLINE, why it is unknown) for a model id, from the Hub's model API."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
+        return OFFLINE, "the API is offline (HF_HUB_OFFLINE)"
     if timeout_s <= 0:
         return UNKNOWN, "the API does not ask the Hub (GLUEJOBS_HUB_CHECK_TIMEOUT_S is 0)"
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
-        return UNKNOWN, "the API is offline (HF_HUB_OFFLINE)"
     endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     cached = _answers.get(endpoint, repo_id)
     if cached is not None:
