@@ -98,7 +98,6 @@ class Worker:
         # Why this release stopped claiming (the database needs another one), once it did.
         self.refusal: str | None = None
         self.disk: DiskState | None = None  # its job disk at the loop's last look
-        self._reported_free = -1
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -211,9 +210,8 @@ class Worker:
             self.settings.heartbeat_s, self.settings.lease_s / 4
         ):
             return
-        free = self.disk.free_bytes if self.disk is not None else None
         with self.database.session() as session:
-            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state, disk_free_bytes=free)
+            jobs_repo.touch_worker(session, worker_id=self.worker_id, state=state)
         self._state, self._touched_at = state, now
 
     def _look_at_disk(self) -> None:

@@ -63,11 +63,6 @@ class WorkerPublic(BaseModel):
     started_at: datetime
     last_heartbeat_at: datetime
     stopped_at: datetime | None
-    disk_free_bytes: int | None = Field(
-        default=None,
-        description="Free bytes on its fullest job disk (artifacts or cache) at its last report; null "
-        "from a worker of an older release",
-    )
     jobs: list[WorkerJob] = Field(
         description="The jobs it runs now (with a normal key: only that key's own jobs)"
     )

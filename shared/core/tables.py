@@ -149,9 +149,6 @@ class Job(Base):
 
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
-    # Attempts handed back because their worker ran out of disk or memory (no attempt spent); past
-    # GLUEJOBS_MAX_RESOURCE_HANDBACKS the job fails: it needs more than the workers have.
-    resource_handbacks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_id: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -279,9 +276,6 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # Free bytes on the worker's fullest job disk (artifacts or cache) at its last report; None from a
-    # release before 0014. Below GLUEJOBS_WORKER_MIN_FREE_BYTES the worker is "low_disk" and claims nothing.
-    disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Sweep(Base):

@@ -46,6 +46,7 @@ from shared.jobs_repo.queue import (
     queued_wider_than,
     recover_expired_leases,
     release_job,
+    resource_handbacks,
     retry_pending,
     set_output_dir,
 )
@@ -156,6 +157,7 @@ __all__ = [
     "register_worker",
     "release_job",
     "request_cancel",
+    "resource_handbacks",
     "retry_pending",
     "row_id",
     "set_environment",

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
 from shared.core.db_retries import retry_delay_s
-from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobStatus, Worker, utcnow
+from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobEvent, JobStatus, Worker, utcnow
 from shared.jobs_repo.claims import Claim, current_job, held_by
-from shared.jobs_repo.events import transition
+from shared.jobs_repo.events import STATE, transition
 from shared.jobs_repo.reservations import (
     drop_reservation,
     my_reservation,
@@ -266,6 +266,33 @@ def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
     return True
 
 
+# The words of a resource hand-back's event, which the hand-backs are counted by.
+HANDBACK_WORDS = "no attempt spent"
+
+
+def resource_handbacks(session: Session, *, job_id: int) -> int:
+    """How often the job was handed back for want of a worker's disk or memory."""
+    with read(session):
+        return _count_handbacks(session, job_id)
+
+
+def _count_handbacks(session: Session, job_id: int) -> int:
+    """The job's state events that say it was handed back (a few rows, by the job's events index),
+    inside the caller's transaction."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(JobEvent)
+            .where(
+                JobEvent.job_id == job_id,
+                JobEvent.kind == STATE,
+                JobEvent.message.like(f"%{HANDBACK_WORDS} (resource hand-back %"),
+            )
+        )
+        or 0
+    )
+
+
 # What a resource hand-back's worker ran out of, by its error code (for the final reason).
 _RESOURCE_NAMES = {ErrorCode.no_space: "disk", ErrorCode.out_of_memory: "memory"}
 
@@ -282,20 +309,21 @@ def hand_back_job(
 ) -> JobStatus | None:
     """An attempt that died because its worker ran out of disk or memory (`error_code`): the
     worker's problem, not the job's. The job goes back to the queue without spending an attempt
-    (after the usual backoff, so that a worker short of memory does not take it straight back),
-    and its resource_handbacks count goes up; the hand-back past `max_handbacks` fails the job for
-    good: it needs more than the workers have. A cancel requested meanwhile wins. The job's status
-    after it, or None when the claim was lost."""
+    (after the usual backoff, so that a worker short of memory does not take it straight back);
+    the hand-back past `max_handbacks` fails the job for good: it needs more than the workers have.
+    A cancel requested meanwhile wins. The job's status after it, or None when the claim was lost.
+
+    The count is the job's hand-back events (`resource_handbacks(…)`), not a column: a fleet
+    mid-upgrade runs this release beside the previous one on the previous schema."""
     with write(session):
         job = current_job(session, claim)
         if job is None:
             return None
-        count = job.resource_handbacks + 1
+        count = _count_handbacks(session, job.id) + 1
         first_line = error.splitlines()[0] if error else str(error_code)
         cause = f"attempt {claim.attempt} handed back [{error_code}]: {first_line}"
         now = utcnow()
         job.error, job.error_code, job.lease_expires_at = error, error_code, None
-        job.resource_handbacks = count
         if job.status == JobStatus.cancelling:
             transition(session, job, JobStatus.cancelled, f"job cancelled ({cause})", now=now)
         elif count > max_handbacks:
@@ -321,7 +349,7 @@ def hand_back_job(
                 session,
                 job,
                 JobStatus.queued,
-                f"{cause}; no attempt spent (resource hand-back {count} of {max_handbacks}), "
+                f"{cause}; {HANDBACK_WORDS} (resource hand-back {count} of {max_handbacks}), "
                 f"retrying in {delay:.0f}s from the newest checkpoint",
                 level="warning",
                 data={"error_code": error_code, "resource_handbacks": count, "retry_in_s": delay},

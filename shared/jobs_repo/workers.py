@@ -42,20 +42,11 @@ def register_worker(
         )
 
 
-def touch_worker(
-    session: Session,
-    *,
-    worker_id: str,
-    state: WorkerState | None = None,
-    disk_free_bytes: int | None = None,
-) -> None:
-    """The worker is alive (and, with `state`, idle, busy, low_disk or draining; with
-    `disk_free_bytes`, the free space of its fullest job disk)."""
+def touch_worker(session: Session, *, worker_id: str, state: WorkerState | None = None) -> None:
+    """The worker is alive (and, with `state`, idle, busy, low_disk or draining)."""
     values: dict[str, Any] = {"last_heartbeat_at": utcnow()}
     if state is not None:
         values["state"] = state
-    if disk_free_bytes is not None:
-        values["disk_free_bytes"] = disk_free_bytes
     with write(session):
         session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
 
@@ -99,7 +90,6 @@ class WorkerView:
     last_heartbeat_at: datetime
     stopped_at: datetime | None
     jobs: list[dict[str, Any]]
-    disk_free_bytes: int | None = None
 
 
 def list_workers(
@@ -145,7 +135,6 @@ def list_workers(
                 last_heartbeat_at=w.last_heartbeat_at,
                 stopped_at=w.stopped_at,
                 jobs=jobs.get(w.id, []),
-                disk_free_bytes=w.disk_free_bytes,
             )
         )
     return views
