@@ -21,6 +21,9 @@ covered by the last rule, which needs no folder: its paths become their last par
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,11 +41,42 @@ def checkpoint_path(job_id: int, step: int) -> str:
 
 
 def places_of_job(settings: Settings, job_id: int, spec: dict[str, Any] | None) -> Places:
-    try:
-        parsed = JobSpec.model_validate(spec) if spec else None
-    except ValidationError:  # a spec an older version stored: its files are named by the generic rules
-        parsed = None
-    return places_of(settings, [settings.job_dir(job_id)], parsed)
+    """The places of a job, remembered: building them resolves every folder on the disk and parses
+    the spec (4 ms a job; a page of 100 jobs took 390 ms more for a user key than an admin's)."""
+    spec = spec or {}
+    # What the places depend on, and only that: the folders and the names the spec gives its files.
+    names = json.dumps([spec.get("uploaded_files"), spec.get("registered_model")], sort_keys=True)
+    folders = (
+        settings.artifacts_dir,
+        settings.cache_dir,
+        settings.data_dir,
+        settings.glue_dir,
+        settings.models_dir,
+        settings.storage_url,
+        os.environ.get("AWS_ENDPOINT_URL"),
+    )
+    return _places(settings, job_id, spec, json.dumps([str(f) for f in folders]), names)
+
+
+_CACHE: dict[tuple[str, int, str], Places] = {}
+_CACHE_SIZE = 4096
+_CACHE_LOCK = threading.Lock()  # sync routes run in a thread pool
+
+
+def _places(settings: Settings, job_id: int, spec: dict[str, Any], folders: str, names: str) -> Places:
+    key = (folders, job_id, names)
+    found = _CACHE.get(key)
+    if found is None:
+        try:
+            parsed = JobSpec.model_validate(spec) if spec else None
+        except ValidationError:  # a spec an older version stored: its files fall to the generic rules
+            parsed = None
+        found = places_of(settings, [settings.job_dir(job_id)], parsed)
+        with _CACHE_LOCK:
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))  # the oldest first: a dict keeps insertion order
+            _CACHE[key] = found
+    return found
 
 
 def scrubbed(value: Any, places: Places) -> Any:
