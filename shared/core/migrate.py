@@ -13,14 +13,16 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, make_url, text
 
 from shared.core import release
 from shared.core.db import WRITE_OPTION, Database
 from shared.core.release import alembic_config, migrations_dir
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +54,11 @@ def _upgrade(connection: Connection, config: Config, dialect: str, head: str, ta
     if current is not None and current not in release.known_revisions(head):
         release.check(connection)  # a newer schema: it says whether this release may go on
         return
-    config.attributes["connection"] = connection
-    command.upgrade(config, target)
+    if current != target:  # at its target already (every restart): no MigrationContext, no log lines
+        from alembic import command  # imported here: see release.alembic_config
+
+        config.attributes["connection"] = connection
+        command.upgrade(config, target)
     if target == head:
         release.record(connection, head)
         release.check(connection)

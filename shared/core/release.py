@@ -14,16 +14,22 @@ which release or which migration is needed (`ReleaseMismatch`). docs/upgrading.m
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, insert, inspect, text, update
 
 from shared.core.tables import ReleaseRecord, utcnow
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic logs a line at INFO for each of its plugins as it is first imported (seven lines): on a
+# process's first migration or schema read, which is now after its logging is set up.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 # The release of this code base: the distributions' version (pyproject.toml, server/pyproject.toml).
 RELEASE = "0.2.0"
@@ -33,6 +39,8 @@ RELEASE = "0.2.0"
 OLDEST_FITTING_RELEASE = "0.2.0"
 
 TABLE = "gluejobs_release"
+# Alembic's table of the schema's revision (its default name, which alembic/env.py keeps).
+VERSION_TABLE = "alembic_version"
 
 
 class ReleaseMismatch(RuntimeError):
@@ -59,6 +67,10 @@ def migrations_dir() -> Path:
 
 
 def alembic_config() -> Config:
+    # Alembic is imported where it is used: importing it costs about 0.8 s of CPU (its dialect
+    # modules), which an API that serves a migrated database never needs (bench/api_startup.py).
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     return config
@@ -69,23 +81,61 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
-@cache
+# The head and known revisions as a process that read the migrations told this one (`told`).
+_told: tuple[str, frozenset[str]] | None = None
+
+
+def told(head: str, known: frozenset[str]) -> None:
+    """What another process of this release read from its migrations: `gluejobs serve` migrates in a
+    process of its own while it imports the API (service/server.py), and its /readyz then needs
+    neither Alembic nor the migration files."""
+    global _told
+    _told = (head, known)
+
+
 def schema_head() -> str:
     """The newest schema revision this release's migrations know."""
+    return _told[0] if _told is not None else _schema_head()
+
+
+@cache
+def _schema_head() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
 
 
-@cache
 def known_revisions(head: str) -> frozenset[str]:
     """The revisions from the first migration up to `head`: the schemas this release has met."""
+    if _told is not None and _told[0] == head:
+        return _told[1]
+    return _known_revisions(head)
+
+
+@cache
+def _known_revisions(head: str) -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(revision.revision for revision in script.iterate_revisions(head, "base"))
 
 
 def current_revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+    """The database's schema revision, or None before any migration. Read from Alembic's table as
+    Alembic's MigrationContext.get_current_revision reads it, without making a MigrationContext:
+    each of those logs two INFO lines ("Context impl …", "Will assume … DDL"), and a worker asks
+    before every claim (issue 35: 702 of a worker's 740 log lines)."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    heads = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(heads) > 1:  # a branched history, which gluejobs' linear migrations never make
+        raise ReleaseMismatch(
+            f"the database's schema has {len(heads)} revisions at once ({', '.join(heads)}): "
+            "run `gluejobs migrate`"
+        )
+    return str(heads[0]) if heads else None
 
 
 def oldest_fitting(connection: Connection) -> str | None:
