@@ -204,7 +204,7 @@ def test_a_busy_workers_readyz_follows_the_database_within_a_heartbeat(
         began = time.monotonic()
         waiting = wait_for(lambda: (r := readyz()) is not None and r.status_code == 503 and r, 30, 0.05)
         took = time.monotonic() - began
-        assert waiting.json()["status"] == "waiting" and waiting.json()["jobs"] == [job["id"]]
+        assert waiting.json()["status"] == "database_unreachable" and waiting.json()["jobs"] == [job["id"]]
         # One heartbeat, plus the failing round trip itself (SQLite: its 1 s busy timeout) and this
         # poll's own latency on a loaded machine.
         assert took <= settings.heartbeat_s + 1.0 + 1.5, f"503 only after {took:.1f}s"

@@ -2,8 +2,10 @@
 
 GET /healthz: 200 while the process runs (liveness: restart it only when this fails).
 GET /readyz: 200 when the worker's last round trip to its database succeeded; 503 with
-{"status": "waiting"} when it failed — the worker waits for the database to come back (it is not
-dead: do not restart it, its jobs keep training); 503 with {"status": "low_disk"} when its job disk
+{"status": "database_unreachable"} when it failed — the worker waits for the database to come back
+(it is not dead: do not restart it, its jobs keep training); 503 with {"status": "warming_up"} while
+it starts (its schema check, its store, its warm-start template: "warming_up" says which), its
+database reachable all the while or not yet asked; 503 with {"status": "low_disk"} when its job disk
 is below GLUEJOBS_WORKER_MIN_FREE_BYTES (it claims nothing until it has room; free some, or it
 waits). Both answer JSON with the worker's id, state, disk and running jobs.
 
@@ -21,6 +23,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from shared.core.db import Database
@@ -45,31 +48,91 @@ class DatabaseWatch:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._lock = threading.Lock()
-        self._reachable = False  # not before the first round trip has told
+        self._reachable: bool | None = None  # None: no round trip has told yet
 
     @contextmanager
     def session(self) -> Iterator[Session]:
+        with self.round_trip(), self.db.session() as session:
+            yield session
+
+    @contextmanager
+    def round_trip(self) -> Iterator[None]:
+        """Records whether what runs inside reached the database (for work that is no session of its
+        own: the start-up migration)."""
         try:
-            with self.db.session() as session:
-                yield session
+            yield
         except Exception as exc:
             self._record(not is_transient(exc))
             raise
         self._record(True)
 
+    def probe(self) -> bool:
+        """One `SELECT 1`: whether the database answers now (recorded as any round trip is)."""
+        try:
+            with self.session() as session, session.begin():
+                session.execute(text("SELECT 1"))
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            return False
+        return True
+
     @property
     def reachable(self) -> bool:
         with self._lock:
-            return self._reachable
+            return bool(self._reachable)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the last round trip failed for want of the database (False before the first)."""
+        with self._lock:
+            return self._reachable is False
 
     def _record(self, reached: bool) -> None:
         with self._lock:
             self._reachable = reached
 
 
+class Warming:
+    """What a starting worker is still doing before it claims (/readyz: `warming_up`, and which)."""
+
+    def __init__(self, doing: str | None = "starting") -> None:
+        self._doing = doing
+
+    def now(self, doing: str | None) -> None:
+        self._doing = doing  # one reference, swapped whole: read from the health thread unlocked
+
+    def __call__(self) -> str | None:
+        return self._doing
+
+
+def readiness(body: dict[str, Any], database: DatabaseWatch | None, warming: str | None) -> dict[str, Any]:
+    """The /readyz answer's body for the worker's status `body`: `database_unreachable` only when
+    its last round trip failed, `warming_up` (with what) while it starts or before any round trip
+    has told, else `ok`. A worker that warms up does so whether its database answers or not: the
+    database's word comes first."""
+    if database is not None and database.unreachable:
+        return {**body, "status": "database_unreachable"}
+    if warming is not None:
+        return {**body, "status": "warming_up", "warming_up": warming}
+    if not body.get("database_reachable"):
+        return {**body, "status": "warming_up", "warming_up": "its first round trip to the database"}
+    return {**body, "status": "ok"}
+
+
 class HealthServer:
-    def __init__(self, port: int, status: Callable[[], dict[str, Any]], host: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        port: int,
+        status: Callable[[], dict[str, Any]],
+        host: str = "0.0.0.0",
+        *,
+        database: DatabaseWatch | None = None,
+        warming: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self._status = status
+        self._database = database
+        self._warming = warming
 
         outer = self
 
@@ -83,11 +146,11 @@ class HealthServer:
                 if path == "/healthz":
                     self._answer(200, {**body, "status": "ok"})
                 else:
-                    ready = bool(body.get("database_reachable"))
-                    status = "ok" if ready else "waiting"
+                    answer = readiness(body, outer._database, outer._warming())
+                    ready, status = answer["status"] == "ok", answer["status"]
                     if ready and body.get("low_disk"):
                         ready, status = False, "low_disk"
-                    self._answer(200 if ready else 503, {**body, "status": status})
+                    self._answer(200 if ready else 503, {**answer, "status": status})
 
             def _answer(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body, default=str).encode()

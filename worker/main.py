@@ -11,6 +11,7 @@ from shared.core.config import get_settings
 from shared.core.db import Database
 from shared.core.migrate import upgrade
 from shared.core.storage import open_store
+from worker.health import Warming
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int
     except DeviceError as exc:
         raise SystemExit(f"{prog}: {exc.message}") from None
     health = None
+    warming = Warming("the database's schema")
     try:
         db = Database(settings.database_url)
         worker = Worker(settings, db, devices=devices)
@@ -72,13 +74,27 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs worker") -> int
         if args.health_port is not None:
             from worker.health import HealthServer
 
-            health = HealthServer(args.health_port, worker.status, host=args.health_host).start()
+            health = HealthServer(
+                args.health_port,
+                worker.status,
+                host=args.health_host,
+                database=worker.database,
+                warming=warming,
+            ).start()
         try:
             if not _migrate(db, worker, check_only=args.no_migrate):
                 return 0  # stopped while waiting for the database
         except release.ReleaseMismatch as exc:
             raise SystemExit(f"{prog}: {exc}") from None  # one line, no traceback
+        if worker.warm is not None:
+            # Once the release fits (else no template at all); its imports overlap the store's check.
+            worker.warm.start()
+        warming.now("the store")
         open_store(settings).check()  # the store's bucket or folder, made when missing
+        warming.now("the warm-start template")
+        if not _wait_for_template(worker):
+            return 0  # stopped while the template loaded
+        warming.now(None)
         worker.run(exit_when_idle=args.exit_when_idle, max_jobs=args.max_jobs)
         if worker.refusal is not None:
             return 3  # stopped claiming: the database needs another release (logged once)
@@ -99,11 +115,8 @@ def _migrate(db: Database, worker: Worker, *, check_only: bool = False) -> bool:
     backoff = Backoff(base_s=0.5, cap_s=30.0)
     while not worker.stopping:
         try:
-            if check_only:
-                with db.engine.connect() as connection:
-                    release.check(connection)
-            else:
-                upgrade(db)
+            with worker.database.round_trip():  # /readyz: the database answered, or did not
+                _migrate_once(db, check_only=check_only)
             return True
         except Exception as exc:
             if not is_transient(exc):
@@ -114,3 +127,30 @@ def _migrate(db: Database, worker: Worker, *, check_only: bool = False) -> bool:
             )
             worker.wait_stopping(delay)
     return False
+
+
+def _migrate_once(db: Database, *, check_only: bool) -> None:
+    if check_only:
+        with db.engine.connect() as connection:
+            release.check(connection)
+    else:
+        upgrade(db)
+
+
+def _wait_for_template(worker: Worker) -> bool:
+    """Wait for the warm-start template's imports (seconds; about 45 s on a loaded machine) before
+    the loop claims, with a round trip to the database every poll interval meanwhile, so that
+    /readyz tells an outage during the wait as it would later; False when stopped meanwhile."""
+    if worker.warm is None:
+        return True
+    interval_s = worker.settings.poll_interval_s
+    reached = True
+    while not worker.warm.wait_ready(interval_s):
+        if worker.stopping:
+            return False
+        if reached != (reached := worker.database.probe()):  # one line as it goes, one as it comes back
+            logger.warning(
+                "the database is %s while the warm-start template loads",
+                "reachable again" if reached else "unreachable",
+            )
+    return not worker.stopping

@@ -78,13 +78,19 @@ class WarmStarter:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload([TEMPLATE_MODULE])
         self._ready = threading.Event()
+        self._started = False
         self.usable = True  # False once the template has failed to fork at all
 
     def start(self) -> None:
         """Start the template now; it imports in the background and `wait_ready` tells when it
         forks. The template is a fresh interpreter (fork and exec), whatever threads the worker has.
         It watches this process (worker/template_watch.py), named in its environment: its parent's
-        pid would be another process's if the worker died before the template looked."""
+        pid would be another process's if the worker died before the template looked. Once: the
+        worker's start-up begins it early, so that its imports overlap the schema check
+        (worker/main.py), and the loop's call finds it begun."""
+        if self._started:
+            return
+        self._started = True
         os.environ[WORKER_PID_ENV] = str(os.getpid())
         multiprocessing.forkserver.ensure_running()
         threading.Thread(target=self._first_fork, name="warm-template", daemon=True).start()
@@ -94,6 +100,11 @@ class WarmStarter:
         A worker claims nothing before: a job it claimed would wait out the template's imports
         (seconds, longer than a lease on a loaded machine) while another worker could run it."""
         return self._ready.wait(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the template has forked (or failed to: jobs then start fresh interpreters)."""
+        return self._ready.is_set()
 
     def _first_fork(self) -> None:
         started = time.monotonic()
