@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import multiprocessing
 import resource
+from multiprocessing.connection import Connection
 from typing import Any
 
 from shared.core import release
 from shared.core.config import Settings, get_settings
 from shared.core.db import Database
 from shared.core.migrate import upgrade
-from shared.core.storage import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +94,75 @@ def main(argv: list[str] | None = None, *, prog: str = "gluejobs serve") -> int:
     if refusal:
         arguments.error(refusal)  # exits with status 2
 
-    db = Database(settings.database_url)
+    schema = SchemaCheck(settings.database_url, check_only=args.no_migrate)
+    import_the_api()  # meanwhile
+    refusal = schema.result()
+    if refusal is not None:
+        raise SystemExit(f"{prog}: {refusal}")  # one line, no traceback
+    # The store's bucket or folder is made when missing and swept once the API serves
+    # (service/main.store_chores): neither holds its readiness.
+    serve(settings, Database(settings.database_url), host=args.host, port=args.port)
+    return 0
+
+
+class SchemaCheck:
+    """`gluejobs serve`'s migration (or, with --no-migrate, its check that the schema fits), in a
+    process of its own forked at start, while this one imports the API: the two were most of a
+    start's CPU time, one after the other (bench/api_startup.py). The child reads Alembic and the
+    migration files; it tells this process the schema's head and known revisions, so that the API
+    (its /readyz) never imports Alembic. Forked before this process has a thread."""
+
+    def __init__(self, url: str, *, check_only: bool) -> None:
+        context = multiprocessing.get_context("fork")
+        self._answers, answer = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_check_schema, args=(url, check_only, answer), name="gluejobs-schema", daemon=True
+        )
+        self._process.start()
+        answer.close()
+
+    def result(self) -> str | None:
+        """None once the schema fits this release; else the one line that says why it does not."""
+        try:
+            outcome = self._answers.recv()
+        except EOFError:  # it died without a word (killed)
+            outcome = ("failed", f"the schema check's process ended with status {self._process.exitcode}")
+        finally:
+            self._process.join()
+            self._answers.close()
+        if outcome[0] == "fits":
+            release.told(outcome[1], frozenset(outcome[2]))
+            return None
+        return str(outcome[1])
+
+
+def _check_schema(url: str, check_only: bool, answer: Connection) -> None:
+    db = Database(url)
     try:
-        if args.no_migrate:
+        if check_only:
             with db.engine.connect() as connection:
                 release.check(connection)
         else:
             upgrade(db)
+        head = release.schema_head()
+        answer.send(("fits", head, sorted(release.known_revisions(head))))
     except release.ReleaseMismatch as exc:
-        raise SystemExit(f"{prog}: {exc}") from None  # one line, no traceback
-    open_store(settings).check()  # the store's bucket or folder, made when missing
-    serve(settings, db, host=args.host, port=args.port)
-    return 0
+        answer.send(("refused", str(exc)))
+    except Exception as exc:
+        # The driver's text names the database's host and user: for the operator who runs serve.
+        logger.error("could not bring the database's schema up to date", exc_info=True)
+        answer.send(("failed", f"could not bring the database's schema up to date ({type(exc).__name__})"))
+    finally:
+        answer.close()
+        db.dispose()
+
+
+def import_the_api() -> None:
+    """The API's modules (most of a start: FastAPI, pydantic models, SQLAlchemy tables, pandas)."""
+    import uvicorn  # noqa: F401
+
+    import service.edge.connections
+    import service.main  # noqa: F401
 
 
 # Descriptors the API needs besides its client connections: database connections, data and

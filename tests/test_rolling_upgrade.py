@@ -267,11 +267,11 @@ def test_readyz_tells_warming_up_from_an_unreachable_database_and_a_release_mism
     status, body, retry = ready()
     assert (status, body["status"], retry) == (503, "incompatible", None)
     assert "needs gluejobs 9.0.0 or newer" in body["detail"]
-    # The database away: unavailable, whatever its schema.
+    # The database away: database_unreachable, whatever its schema.
     (tmp_path / "fleet.db").rename(tmp_path / "away.db")
     (tmp_path / "fleet.db").mkdir()  # SQLite cannot open a folder
     client.app.state.db.engine.dispose()  # no pooled connection to the moved file
     status, body, retry = ready()
-    assert (status, body["status"], retry) == (503, "unavailable", "2")
+    assert (status, body["status"], retry) == (503, "database_unreachable", "2")
     assert body["detail"].startswith("database unreachable")
     db.dispose()

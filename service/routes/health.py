@@ -23,9 +23,10 @@ def healthz() -> Health:
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 def readyz(request: Request) -> JSONResponse:
     """200 `ok`: the database answers and this release fits its schema. Otherwise 503 with a status
-    that says what to wait for: `unavailable` (the database cannot be reached), `warming_up` (it
-    answers, but its schema is not yet this release's: being migrated, or waiting for `gluejobs
-    migrate`), or `incompatible` (it was migrated for a release this one does not fit: no retry helps)."""
+    that says what to wait for: `database_unreachable` (this probe's round trip to the database
+    failed), `warming_up` (it answers, but its schema is not yet this release's: being migrated, or
+    waiting for `gluejobs migrate`), or `incompatible` (it was migrated for a release this one does
+    not fit: no retry helps). The same words as a worker's health port (worker/health.py)."""
     db = get_database(request)
     try:
         with db.engine.connect() as connection:
@@ -34,7 +35,7 @@ def readyz(request: Request) -> JSONResponse:
         migrating = reason is not None and is_migrating(db)
     except Exception as exc:  # any failure to reach the database means "not ready"
         # The error's text names the database's host and user: the server log has it, not the answer.
-        return _unready("unavailable", db.dialect, f"database unreachable ({type(exc).__name__})")
+        return _unready("database_unreachable", db.dialect, f"database unreachable ({type(exc).__name__})")
     if reason is None:
         return JSONResponse(Health(status="ok", database=db.dialect).model_dump())
     head = release.schema_head()
