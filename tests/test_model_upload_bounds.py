@@ -26,7 +26,7 @@ from shared.core.db import Database
 from shared.core.faults import CRASH_AT_ENV
 from shared.core.storage import Store, model_blob_key, open_store
 from shared.jobs_repo.model_objects import sweep_model_orphans
-from tests.e2e import LOOPBACK_URL, api_process
+from tests.e2e import LOOPBACK_URL, api_process, wait_for
 from tests.kit import ALICE, ROOT, TINY_MODEL
 
 BOB = "bob-key-0123456789abcdefgh"
@@ -443,4 +443,5 @@ def test_an_api_killed_mid_upload_leaves_nothing_after_its_restart(
     monkeypatch.delenv(CRASH_AT_ENV)
     with api_process(keyed, log=tmp_path / "api2.log") as (http, _process):  # its start sweeps
         assert http.get("/v1/models", headers=as_(ALICE)).json()["data"] == []
-        assert stored(keyed) == []
+        # The sweep runs beside the API's first requests (service/main.store_chores).
+        wait_for(lambda: stored(keyed) == [], timeout_s=60)

@@ -29,7 +29,7 @@ from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.faults import CRASH_AT_ENV
 from shared.core.storage import Store, file_key, open_store
-from tests.e2e import LOOPBACK_URL, api_process
+from tests.e2e import LOOPBACK_URL, api_process, wait_for
 from tests.kit import ALICE
 
 BOB = "bob-key-0123456789abcdefgh"
@@ -241,7 +241,8 @@ def test_an_api_killed_between_the_store_and_the_database_leaves_no_orphan(
     monkeypatch.delenv(CRASH_AT_ENV)
     with api_process(keyed, log=tmp_path / "api2.log") as (http, _process):  # its start sweeps
         assert http.get("/v1/files", headers=as_(ALICE)).json()["data"] == []
-        assert stored(keyed) == []
+        # The sweep runs beside the API's first requests (service/main.store_chores).
+        wait_for(lambda: stored(keyed) == [], timeout_s=60)
 
 
 def test_the_sweep_keeps_young_objects_and_every_object_a_row_holds(keyed: Settings) -> None:
