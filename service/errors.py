@@ -24,7 +24,7 @@ from service.edge.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE
 from service.error_log import describe_failure
 from service.schemas.jobs import JobCreate, SweepCreate
 from shared.core.db_retries import is_transient
-from shared.core.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, TooBusy, shorten
+from shared.core.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, shorten
 from shared.jobspec import validation_messages
 from shared.jobspec.spec import spec_keys
 
@@ -113,7 +113,9 @@ async def _gluejobs_error(_request: Request, exc: Exception) -> JSONResponse:
         problems = [p.under("spec") if p.field else Problem("spec", p.code, p.message) for p in problems]
     else:
         problems = [p if p.field else Problem(field or "request", p.code, p.message) for p in problems]
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooBusy) else None
+    # TooBusy's and StoreUnavailable's answers say when to try again.
+    retry_after_s = getattr(exc, "retry_after_s", None)
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     return error_response(
         exc.status_code,
         exc.code,

@@ -18,6 +18,7 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
 
@@ -73,6 +74,13 @@ class JobFolder(Protocol):
         ...
 
     def open(self, relative: str) -> IO[bytes]: ...
+
+    def read(self, relative: str, start: int = 0, end: int | None = None) -> bytes:
+        """A file's bytes from `start` to `end` in one read: from an object store, one request,
+        retried as every store operation is (never a file object's piecewise reads outside it)."""
+        ...
+
+    def size(self, relative: str) -> int: ...
 
     def logs(self) -> dict[int, str]:
         """The attempts' logs: {attempt: relative path}, by attempt."""
@@ -178,6 +186,14 @@ class LocalFolder:
     def open(self, relative: str) -> IO[bytes]:
         return confined(self.root, relative).open("rb")
 
+    def read(self, relative: str, start: int = 0, end: int | None = None) -> bytes:
+        with self.open(relative) as handle:
+            handle.seek(start)
+            return handle.read() if end is None else handle.read(max(0, end - start))
+
+    def size(self, relative: str) -> int:
+        return confined(self.root, relative).stat().st_size
+
     def logs(self) -> dict[int, str]:
         folder = self.root / LOGS
         if not folder.is_dir():
@@ -247,6 +263,12 @@ class StoredFolder:
     def open(self, relative: str) -> IO[bytes]:
         return self.store.open(self.key(relative))
 
+    def read(self, relative: str, start: int = 0, end: int | None = None) -> bytes:
+        return self.store.read(self.key(relative), start, end)
+
+    def size(self, relative: str) -> int:
+        return self.store.size(self.key(relative))
+
     def logs(self) -> dict[int, str]:
         # Listed afresh each time: a live stream asks again and again while the job runs.
         found = {}
@@ -315,24 +337,26 @@ def read_log(
         attempt = max(logs)
     if attempt not in logs:
         raise NotFound(f"job {job_id} has no log of attempt {attempt}", field="attempt")
-    with folder.open(logs[attempt]) as handle:
-        if tail is not None:
-            return (attempt, *tail_bytes(handle, tail))
-        data = handle.read()
-        return attempt, data, len(data)
+    # Whole reads and ranges, never a file object read in pieces: a worker re-uploads a running
+    # job's log, and an object replaced under such a reader failed its read with a 500 (issue 34
+    # item 3). A log only grows, so ranges read from two of its uploads still fit together.
+    path = logs[attempt]
+    if tail is not None:
+        return (attempt, *tail_bytes(partial(folder.read, path), folder.size(path), tail))
+    data = folder.read(path)
+    return attempt, data, len(data)
 
 
-def tail_bytes(handle: IO[bytes], lines: int) -> tuple[bytes, int]:
-    """The last `lines` lines, read backwards in blocks (a long log is not read whole), and the
-    offset of the file's end they were read up to. Lines end as bytes.splitlines ends them (a
-    newline, or a progress bar's carriage return), and the reading stops once it has that many."""
-    end = handle.seek(0, os.SEEK_END)
+def tail_bytes(read: Callable[[int, int], bytes], end: int, lines: int) -> tuple[bytes, int]:
+    """The last `lines` lines of a file `end` bytes long (`read(start, end)` reads a range), read
+    backwards in blocks (a long log is not read whole), and the offset of the file's end they were
+    read up to. Lines end as bytes.splitlines ends them (a newline, or a progress bar's carriage
+    return), and the reading stops once it has that many."""
     data, position = b"", end
     while position > 0 and _line_ends(data) <= lines:
         step = min(CHUNK_BYTES // 16, position)
         position -= step
-        handle.seek(position)
-        data = handle.read(step) + data
+        data = read(position, position + step) + data
     kept = data.splitlines(keepends=True)[-lines:] if lines else []
     return b"".join(kept), end
 
@@ -358,9 +382,7 @@ def new_log_pieces(folder: JobFolder, *, attempt: int, offset: int, flush: bool)
             continue
         start = offset if number == attempt else 0
         while True:
-            with folder.open(path) as handle:
-                handle.seek(start)
-                data = handle.read(MAX_LOG_PIECE_BYTES)
+            data = folder.read(path, start, start + MAX_LOG_PIECE_BYTES)
             if not data:
                 break
             if len(data) == MAX_LOG_PIECE_BYTES or not flush:

@@ -55,7 +55,8 @@ MODELS = "models"  # registered models: models/blobs/<sha256>, models/manifests/
 PART_BYTES = 8 * 1024 * 1024
 PARTS_AT_ONCE = 1
 # Errors with these numbers are the store's or the network's passing trouble (s3fs maps S3's
-# InternalError to EREMOTEIO, SlowDown and ServiceUnavailable to EBUSY/EAGAIN).
+# InternalError to EREMOTEIO, SlowDown and ServiceUnavailable to EBUSY/EAGAIN; its FileExpired, an
+# object replaced while a file object read it in pieces, is EBUSY too: reading again reads the new one).
 _TRANSIENT_ERRNOS = frozenset(
     {errno.EREMOTEIO, errno.EBUSY, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNREFUSED, errno.ECONNRESET}
 )
@@ -85,6 +86,8 @@ class StoreUnavailable(GluejobsError):
     code = "storage_unavailable"
     # A job's process that gives up on the store hands the job to a new attempt, never fails it.
     failure_code = "storage_unreachable"
+    # The API's 503 says when to try again (Retry-After), as its database_unavailable does.
+    retry_after_s = 5
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -159,6 +162,27 @@ class Store:
     def open(self, key: str) -> IO[bytes]:
         """`key`'s bytes to read (ranges on S3: a reader that seeks reads only what it needs)."""
         return self._retrying(f"open {key}", lambda: self.fs.open(self.path(key), "rb"))
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """`key`'s bytes from `start` to `end` (the end: None), as one request: a range of one version
+        of the object, never pieces of two (s3fs's file objects read in several requests and raise
+        FileExpired when the object changed between them)."""
+        path = self.path(key)
+
+        def read_range() -> bytes:
+            try:
+                return bytes(self.fs.cat_file(path, start=start, end=end))
+            except OSError as exc:
+                # S3 refuses a range that starts at the object's end (416, EINVAL here); a local file
+                # reads nothing there. A reader that caught up with a log reads nothing new.
+                if start > 0 and exc.errno == errno.EINVAL and start >= int(self.fs.size(path)):
+                    return b""
+                raise
+
+        return self._retrying(f"read {key}", read_range)
+
+    def size(self, key: str) -> int:
+        return self._retrying(f"look for {key}", lambda: int(self.fs.size(self.path(key))))
 
     def get(self, key: str, local: Path) -> None:
         """Download `key` to `local`, whole or not at all (written beside it, then renamed)."""
