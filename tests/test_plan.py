@@ -291,3 +291,31 @@ def test_the_memory_estimate_counts_the_models_parameters(train_settings: Settin
         p.numel() for p in peft_model.parameters() if p.requires_grad
     )
     assert adapted["bytes"]["optimizer"] < full["bytes"]["optimizer"]
+
+
+def test_the_plans_trainable_count_leaves_out_the_frozen_word_embeddings(
+    train_settings: Settings, models_dir: Path
+) -> None:
+    """freeze_word_embeddings: the plan counts what the worker's own model build (worker/training.py's
+    _build_model) leaves trainable, with and without LoRA (issue 35: 22.7M planned, 11.0M trained)."""
+    from types import SimpleNamespace
+
+    from worker.training import _build_model
+
+    base = JobSpec(model_name_or_path="tiny-bert", task_name="mrpc", max_train_samples=64)
+    for spec in (
+        base.model_copy(update={"freeze_word_embeddings": True}),
+        base.model_copy(update={"freeze_word_embeddings": False}),
+        base.model_copy(update={"freeze_word_embeddings": True, "apply_lora": True, "lora_r": 4}),
+    ):
+        memory = plan_job(spec, train_settings, scope=one_user_scope(train_settings))["memory"]
+        raw = SimpleNamespace(label_names=["not_equivalent", "equivalent"])
+        model = _build_model(str(models_dir / "tiny-bert"), spec, raw, 2)  # type: ignore[arg-type]
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        assert memory["trainable_parameters"] == trained, spec
+        if not spec.apply_lora:
+            assert memory["parameters"] == sum(p.numel() for p in model.parameters())
+        if spec.freeze_word_embeddings and not spec.apply_lora:
+            table = model.get_input_embeddings().weight.numel()
+            assert memory["parameters"] - memory["trainable_parameters"] == table > 0
+            assert memory["bytes"]["optimizer"] == 8 * trained

@@ -363,7 +363,14 @@ def memory_estimate(
         has_head = False
     head = 0 if has_head else hidden * num_labels + num_labels
     parameters = backbone + head
-    trainable = _lora_parameters(spec, shapes, hidden, layers) + head if spec.apply_lora else parameters
+    if spec.apply_lora:
+        trainable = _lora_parameters(spec, shapes, hidden, layers) + head
+    elif spec.freeze_word_embeddings:
+        # worker/training.py's _build_model keeps the input embedding table as loaded (no gradient,
+        # no optimizer state): on MiniLM half the parameters (22.7M planned was 11.0M trained).
+        trainable = parameters - _word_embedding_parameters(config, shapes, hidden)
+    else:
+        trainable = parameters
     # The spec's precision: a worker without bf16 units trains a `fast` job in fp32
     # (worker/precision.py), which this plan cannot know; the estimate is then low on activations.
     mixed = spec.mixed_precision != "no"
@@ -424,6 +431,25 @@ def _bert_style_parameters(config: dict[str, Any], hidden: int, layers: int, int
     norms = 4 * hidden
     pooler = hidden * hidden + hidden
     return embeddings + layers * (attention + feed_forward + norms) + pooler
+
+
+# The input embedding table's name in the architectures the workers train (BERT, RoBERTa, DeBERTa,
+# ELECTRA, ALBERT: word_embeddings; DistilBERT too; BART/T5-style: embed_tokens or shared; GPT-2: wte).
+WORD_EMBEDDING_NAMES = ("word_embeddings.weight", "embed_tokens.weight", "wte.weight", "shared.weight")
+
+
+def _word_embedding_parameters(
+    config: dict[str, Any], shapes: dict[str, list[int]] | None, hidden: int
+) -> int:
+    """The parameters of the table that freeze_word_embeddings freezes (what the model's
+    get_input_embeddings() returns): its shape in the safetensors header where there is one, else
+    vocab_size × the embedding width (ALBERT's embedding_size, or the hidden size)."""
+    for suffix in WORD_EMBEDDING_NAMES:
+        found = [shape for name, shape in (shapes or {}).items() if name.endswith(suffix) and len(shape) == 2]
+        if found:
+            return found[0][0] * found[0][1]
+    vocab, width = config.get("vocab_size"), config.get("embedding_size", hidden)
+    return vocab * width if isinstance(vocab, int) and isinstance(width, int) else 0
 
 
 def _lora_parameters(spec: JobSpec, shapes: dict[str, list[int]] | None, hidden: int, layers: int) -> int:
