@@ -290,6 +290,35 @@ def test_a_finished_search_is_announced_to_the_owners_webhooks(
     assert delivery.payload["data"]["status"] == "cancelled"
 
 
+def test_search_finished_carries_the_best_trials_parameters_value_and_job(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    """A webhook's reader can act on the winner at once: the best trial's number, job, parameters and
+    objective value, the same as GET /v1/searches/{id} says (issue 35 item 6)."""
+    with db.session() as session:
+        endpoint = webhook_endpoints.create_endpoint(
+            session, owner=None, url="http://hooks.example.org/", event_types=["search.finished"]
+        )
+    search = create(client, n_trials=2, parallelism=2, pruner={"type": "none"})
+    first, second = search["job_ids"]
+    evaluate(db, first, [0.6, 0.7], finish=JobStatus.succeeded)
+    evaluate(db, second, [0.9, 0.8], finish=JobStatus.succeeded)
+    drive(db, settings)
+    found = search_of(client, search["id"])
+    assert found["status"] == "succeeded"
+    with db.session() as session:
+        [delivery] = webhook_endpoints.list_deliveries(session, endpoint_id=endpoint.id)[0]
+    data = delivery.payload["data"]
+    assert data["best"] == found["best"]
+    assert data["best"]["job_id"] == second and data["best"]["number"] == 1
+    assert data["best"]["value"] == 0.9  # its best evaluation, not its last
+    assert (
+        data["best"]["params"] == found["trials"][1]["params"] and "learning_rate" in data["best"]["params"]
+    )
+    assert data["objective"] == found["objective"] == {"metric": "accuracy", "direction": "maximize"}
+    assert data["best_trial"] == 1 and data["status"] == "succeeded"
+
+
 def test_the_best_configuration_reruns_over_seeds(
     client: TestClient, db: Database, settings: Settings
 ) -> None:

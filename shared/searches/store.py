@@ -263,9 +263,28 @@ def finish_search(session: Session, *, search_id: int, status: SearchStatus, not
         if note is not None:
             search.note = note
         # In the same transaction: the owner's webhooks hear of it exactly when it is recorded.
-        data = {"status": str(status), "best_trial": search.best_trial, "note": search.note}
+        data = {
+            "status": str(status),
+            "best_trial": search.best_trial,
+            "best": _best_of(session, search),
+            "objective": search.objective,
+            "note": search.note,
+        }
         search_finished(session, owner=search.owner, search_id=search.id, data=data)
     return True
+
+
+def _best_of(session: Session, search: Search) -> dict[str, Any] | None:
+    """The best trial as GET /v1/searches/{id} gives it ({number, job_id, params, value}): a webhook's
+    reader acts on the winner (fetch its model, rerun it) without asking the API first."""
+    if search.best_trial is None:
+        return None
+    trial = session.scalars(
+        select(SearchTrial).where(SearchTrial.search_id == search.id, SearchTrial.number == search.best_trial)
+    ).first()
+    if trial is None or trial.value is None:
+        return None
+    return {"number": trial.number, "job_id": trial.job_id, "params": trial.params, "value": trial.value}
 
 
 def set_note(session: Session, *, search_id: int, note: str) -> None:
