@@ -132,6 +132,23 @@ class JobStorage:
         self._remove(doomed)
         return doomed
 
+    def prune_local(self, declared_step: int) -> list[int]:
+        """With an object store, this machine's copies of the checkpoints older than `declared_step`
+        (just declared: in the store whole) go; the steps removed. The newest declared checkpoint
+        stays, so a resume here needs no download; newer folders (published, still uploading) and
+        staging folders are not touched. Without this a job with no save_total_limit kept every
+        checkpoint's local copy and filled a worker's disk by itself (issue 34 item 2): with it a
+        job's disk holds at most three checkpoints (the newest declared, the one uploading, the one
+        being written) besides its outputs; docs/operators/fleet.md states the bound."""
+        if not self.mirrored:
+            return []  # the local folder is the store's: rotation alone decides
+        removed = [step for step in checkpoints.saved_steps(self.checkpoints_dir) if step < declared_step]
+        for step in removed:
+            shutil.rmtree(checkpoints.checkpoint_path(self.checkpoints_dir, step), ignore_errors=True)
+        if removed:
+            logger.info("job %s: removed the local copies of stored checkpoints %s", self.job_id, removed)
+        return removed
+
     def _remove(self, steps: Iterable[int]) -> None:
         for step in steps:
             name = f"{CHECKPOINT_PREFIX}{step}"

@@ -92,6 +92,8 @@ class RunCheckpoints:
         deleted = self._storage.rotate(keep=self._keep, best_step=self._progress.best_step)
         if deleted:
             self._report.checkpoints_deleted(deleted)
+        # Once in the store, older local copies only hold the disk (load_best fetches one back).
+        self._storage.prune_local(saved.step)
 
     def resume(self, folder: Path, *, accumulation: int) -> tuple[int, int]:
         """Load a checkpoint; the epoch to start in and the batches of it already done."""
