@@ -65,7 +65,5 @@ def test_local_checkpoint_copies_are_pruned_once_in_the_store(
     assert sorted(c.name for c in (job / "checkpoints").iterdir()) == ["checkpoint-16"]
     assert 2 <= store.most_folders <= 3, store.most_folders
     one = _checkpoint_bytes(job / "checkpoints" / "checkpoint-16")
-    print(
-        f"disk high-water mark of the checkpoints: {store.most_bytes / 1e6:.1f} MB; one checkpoint {one / 1e6:.1f} MB"
-    )
-    assert store.most_bytes <= 3 * one * 1.05  # the bound fleet.md states
+    # The bound fleet.md states (measured: 25.8 MB at most for 12.9 MB checkpoints, two at once).
+    assert store.most_bytes <= 3 * one * 1.05, (store.most_bytes, one)
