@@ -291,7 +291,7 @@ def test_sigterm_mid_epoch_hands_the_job_back_with_a_checkpoint(
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-def test_the_health_port_says_waiting_while_the_database_is_away(
+def test_the_health_port_says_database_unreachable_while_the_database_is_away(
     settings_factory: Any, db_url: str, postgres_template: str, tmp_path: Path
 ) -> None:
     missing = f"{make_url(db_url).database}_later"
