@@ -533,7 +533,8 @@ def test_a_search_shows_its_best_trial_its_trials_and_the_pruned_ones_in_its_cha
     created = service.client.post(
         "/v1/searches",
         json={
-            "spec": {k: v for k, v in TINY_SPEC.items() if k != "learning_rate"},
+            # Ten steps planned a trial: what pruning saved is known.
+            "spec": {**{k: v for k, v in TINY_SPEC.items() if k != "learning_rate"}, "max_train_steps": 10},
             "space": {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}},
             "n_trials": 3,
             "parallelism": 3,
@@ -561,6 +562,19 @@ def test_a_search_shows_its_best_trial_its_trials_and_the_pruned_ones_in_its_cha
         lambda: get(service.client, f"/v1/searches/{search['id']}")["status"] == "succeeded", timeout_s=60
     )
 
+    # At 1400 × 900, the jobs list marks the pruned trial so, with where it stopped and its search.
+    page.set_viewport_size(WINDOW)
+    page.goto(f"{service.base}/")
+    pruned_job = f'tr[data-job="{third}"]'
+    page.wait_for_selector(f"{pruned_job} [data-pruned]")
+    assert page.text_content(f"{pruned_job} .status") == "pruned"
+    assert page.text_content(f"{pruned_job} .stopped") == "trial 2, stopped at step 5 (evaluation 1)"
+    assert page.get_attribute(f"{pruned_job} a.search-link", "href") == f"#/searches/{search['id']}"
+    assert page.locator(f'tr[data-job="{first}"] [data-pruned]').count() == 0
+    fits_the_window(page, "#jobs")
+    page.screenshot(path="/tmp/dashboard-jobs-pruned-1400.png", full_page=True)
+    page.click(f"{pruned_job} a.search-link")
+    page.wait_for_selector("#search-space")
     page.goto(f"{service.base}/")
     page.click("#nav-searches")
     page.wait_for_selector(f'tr[data-search="{search["id"]}"] [data-status="succeeded"]')
@@ -579,9 +593,98 @@ def test_a_search_shows_its_best_trial_its_trials_and_the_pruned_ones_in_its_cha
     # complete trials (2), the best so far (2) and the pruned trial at the value it was stopped with (1)
     wait_points(page, "objective over trials", 5)
     wait_points(page, "objective at each evaluation", 5)
+    # The space searched, and the compute pruning saved: 5 of the pruned trial's 10 planned steps.
+    assert page.text_content('#search-space li[data-field="learning_rate"]') == (
+        "learning_rate: 0.00001 … 0.001, log scale"
+    )
+    assert page.text_content("#search-savings") == (
+        "Pruning saved 5 of 30 optimizer steps (16.7 %): 1 trial(s) stopped early, 25 steps run."
+    )
+    fits_the_window(page, "#trials")
+    page.screenshot(path="/tmp/dashboard-search-1400.png", full_page=True)
     page.click(f'#trials a.job-link[data-job="{third}"]')
     page.wait_for_url(f"**#/jobs/{third}")
+    page.wait_for_selector(f'a#job-search[href="#/searches/{search["id"]}"]')
+    assert fact(page, "pruned").startswith(
+        f"prunedby search {search['id']} at step 5 (evaluation 1): accuracy"
+    )
     assert errors == []
+
+
+WINDOW = {"width": 1400, "height": 900}  # issue 35 item 6: the jobs table overflowed a 1400 px window
+
+
+def fits_the_window(page: Any, table: str) -> None:
+    """The table is no wider than the page's content box, and the page does not scroll sideways."""
+    widths = page.evaluate(
+        """(table) => ({table: document.querySelector(table).scrollWidth,
+            main: document.querySelector('main').clientWidth,
+            page: document.documentElement.scrollWidth, window: window.innerWidth})""",
+        table,
+    )
+    assert widths["table"] <= widths["main"] and widths["page"] <= widths["window"], widths
+
+
+def test_a_jobs_page_names_its_uploaded_files_its_mapping_and_each_checkpoints_figures(
+    service: Service, tab: Tab, tmp_path: Path
+) -> None:
+    """At 1400 × 900: the job page names an uploaded file by its name (not file-1) and shows the column
+    mapping; a checkpoint saved between evaluations shows the figures at its step; the jobs list fits."""
+    page, errors = tab
+    page.set_viewport_size(WINDOW)
+    with (service.settings.glue_dir / "SST-2" / "train.tsv").open(encoding="utf-8") as handle:
+        rows = [line.rstrip("\n").split("\t") for line in itertools.islice(handle, 1, 81)]
+    reviews = "review,sentiment\n" + "".join(
+        f'"{text.strip()}",{"positive" if label == "1" else "negative"}\n' for text, label in rows
+    )
+    name = "customer-reviews-2026-q3-with-a-long-descriptive-name.csv"
+    mapping = {"text_column": "review", "label_column": "sentiment"}
+    uploaded = service.client.post("/v1/files", files={"file": (name, reviews.encode())}, data=mapping)
+    assert uploaded.status_code == 201, uploaded.text
+    file_id = uploaded.json()["id"]
+    spec = {k: v for k, v in TINY_SPEC.items() if k != "task_name"}
+    claim = running_job(
+        service,
+        {
+            **spec,
+            **mapping,
+            "train_file": file_id,
+            "validation_file": file_id,
+            "save_strategy": "steps",
+            "save_steps": 8,
+        },
+    )
+    write_rows(service, claim, [*training(range(1, 9)), *evaluation(5, 0.625)])
+    with service.db.session() as session:  # saved at step 8, between evaluations: no metrics of its own
+        jobs_repo.add_checkpoint(
+            session,
+            job_id=claim.job_id,
+            step=8,
+            epoch=0.8,
+            path=str(service.settings.job_dir(claim.job_id) / "checkpoints" / "checkpoint-8"),
+            metrics={},
+            claim=claim,
+        )
+
+    page.goto(f"{service.base}/#/jobs/{claim.job_id}")
+    page.wait_for_selector('.facts [data-fact="mapping"]')
+    assert fact(page, "task") == f"task / files{name}"
+    assert file_id not in fact(page, "task")
+    assert fact(page, "files").startswith(f"data filestrain: {name} (")
+    assert f"validation: {name}" in fact(page, "files")
+    assert fact(page, "mapping") == "column mappingtext ← review, label ← sentiment"
+    page.wait_for_selector('#checkpoints tr[data-step="8"]')
+    cell = page.text_content('#checkpoints tr[data-step="8"] td.checkpoint-metrics') or ""
+    assert cell == "train loss 0.1250 · last evaluation, step 5: accuracy 0.6250, loss 0.5000", cell
+    page.screenshot(path="/tmp/dashboard-job-1400.png", full_page=True)
+
+    page.goto(f"{service.base}/#/")
+    page.wait_for_selector(f'tr[data-job="{claim.job_id}"]')
+    assert name in (page.text_content(f'tr[data-job="{claim.job_id}"]') or "")
+    fits_the_window(page, "#jobs")
+    page.screenshot(path="/tmp/dashboard-jobs-1400.png", full_page=True)
+    assert errors == []
+    finish(service, claim)
 
 
 def test_the_pages_load_nothing_from_elsewhere_under_their_policy(service: Service, tab: Tab) -> None:

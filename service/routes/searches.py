@@ -14,6 +14,7 @@ from service.schemas.searches import (
     SearchBest,
     SearchCreate,
     SearchPublic,
+    SearchSavings,
     SearchSeeds,
     SearchTrialPublic,
     SeedsCreate,
@@ -42,6 +43,7 @@ def search_public(
     *,
     detail: bool = False,
     seeds: SearchSeeds | None = None,
+    savings: SearchSavings | None = None,
 ) -> SearchPublic:
     best = next((t for t in trials if t.number == search.best_trial), None)
     counts = {state: sum(1 for t in trials if t.state == state) for state in TRIAL_STATES}
@@ -72,6 +74,45 @@ def search_public(
         if detail
         else None,
         seeds=seeds,
+        savings=savings,
+    )
+
+
+def pruning_savings(
+    trials: list[SearchTrial], jobs: dict[int, Job], planned: dict[int, int]
+) -> SearchSavings:
+    """The optimizer steps the search's complete and pruned trials planned and ran. A trial's plan is
+    what its training loop announced, else its spec's max_train_steps; what a pruned one ran is the
+    furthest step it reported (its worker stops it a little after the pruner's evaluation)."""
+    counted = pruned = unknown = steps_planned = steps_run = 0
+    for trial in trials:
+        if trial.state not in ("complete", "pruned"):
+            continue
+        job = jobs.get(trial.job_id) if trial.job_id is not None else None
+        plan = planned.get(job.id) if job is not None else None
+        if job is not None and plan is None:
+            plan = job.spec.get("max_train_steps") or None
+        if job is None or not isinstance(plan, int):
+            unknown += 1
+            continue
+        reported = [
+            (job.result or {}).get("completed_steps"),
+            ((job.latest_metrics or {}).get("train") or {}).get("step"),
+            (trial.pruned or {}).get("step"),
+        ]
+        ran = max((r for r in reported if isinstance(r, int)), default=plan)
+        counted += 1
+        pruned += trial.state == "pruned"
+        steps_planned += plan
+        steps_run += min(ran, plan) if trial.state == "pruned" else plan
+    saved = steps_planned - steps_run
+    return SearchSavings(
+        pruned_trials=pruned,
+        steps_planned=steps_planned,
+        steps_run=steps_run,
+        steps_saved=saved,
+        saved_share=round(saved / steps_planned, 4) if steps_planned else None,
+        trials_unknown=unknown,
     )
 
 
@@ -181,8 +222,10 @@ def read_search(search: SearchDep, session: SessionDep) -> SearchPublic:
 
 def _full(session: SessionDep, search: Search) -> SearchPublic:
     trials = store.list_trials(session, search_ids=[search.id])
-    jobs = store.list_jobs(session, job_ids=[t.job_id for t in trials if t.job_id is not None])
-    return search_public(search, trials, jobs, detail=True, seeds=_seeds(session, search))
+    job_ids = [t.job_id for t in trials if t.job_id is not None]
+    jobs = store.list_jobs(session, job_ids=job_ids)
+    savings = pruning_savings(trials, jobs, store.planned_steps(session, job_ids=job_ids))
+    return search_public(search, trials, jobs, detail=True, seeds=_seeds(session, search), savings=savings)
 
 
 def _seeds(session: SessionDep, search: Search) -> SearchSeeds | None:

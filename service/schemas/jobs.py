@@ -126,6 +126,12 @@ class JobPublic(BaseModel):
         "path (an admin key: the worker's folder)"
     )
     sweep_id: int | None = Field(default=None, description="The sweep this job is one combination of")
+    search_id: int | None = Field(default=None, description="The search this job is a trial of")
+    pruned: dict[str, Any] | None = Field(
+        default=None,
+        description="A trial its search's pruner stopped (status cancelled, error_code pruned): where, "
+        "{search_id, trial, evaluation, epoch, step, metric, value, pruner}",
+    )
     rerun_of: int | None = Field(
         default=None, description="The job this one repeats (POST /v1/jobs/{id}/rerun)"
     )

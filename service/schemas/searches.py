@@ -70,6 +70,20 @@ class SearchBest(BaseModel):
     value: float
 
 
+class SearchSavings(BaseModel):
+    """The compute pruning saved: optimizer steps, over the trials that completed or were pruned."""
+
+    pruned_trials: int
+    steps_planned: int = Field(description="The steps those trials' training loops planned to run")
+    steps_run: int = Field(description="The steps they ran (a pruned trial: until its worker stopped it)")
+    steps_saved: int = Field(description="steps_planned - steps_run: what the pruned trials did not run")
+    saved_share: float | None = Field(description="steps_saved / steps_planned")
+    trials_unknown: int = Field(
+        description="Ended trials left out: their plan is not known (training never started, no "
+        "max_train_steps)"
+    )
+
+
 class SearchSeeds(BaseModel):
     sweep_id: int
     seeds: list[int]
@@ -100,3 +114,6 @@ class SearchPublic(BaseModel):
     best: SearchBest | None
     trials: list[SearchTrialPublic] | None = Field(default=None, description="GET /v1/searches/{id}")
     seeds: SearchSeeds | None = Field(default=None, description="The best trial re-run over seeds")
+    savings: SearchSavings | None = Field(
+        default=None, description="GET /v1/searches/{id}: what pruning saved"
+    )

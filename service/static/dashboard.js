@@ -194,7 +194,30 @@ function fill(element, ...children) {
 
 const fmt = (value, digits = 4) => (value === null || value === undefined ? "—" : Number(value).toFixed(digits));
 const statusBadge = (status) => h("span", { class: `status ${status}`, "data-status": status }, status);
-const taskOf = (job) => job.spec.task_name || job.spec.train_file || "";
+/* What a job trains on: its GLUE task, or its data files by the names they were uploaded under (the
+ * spec holds an upload's id, file-1, which tells its reader nothing). */
+const fileNames = (job) => [...new Set((job.data_files || []).map((f) => f.filename))];
+const taskOf = (job) => job.spec.task_name || fileNames(job).join(", ") || job.spec.train_file || "";
+
+/* The spec's column mapping ("text ← review, label ← sentiment"): which columns of the files train. */
+const MAPPED_COLUMNS = [["text_column", "text"], ["text_pair_column", "text pair"], ["label_column", "label"]];
+const mappingText = (spec) => MAPPED_COLUMNS.filter(([field]) => spec[field]).map(([field, role]) => `${role} ← ${spec[field]}`).join(", ");
+const fileText = (f) => `${f.field.replace(/_file$/, "")}: ${f.filename}${f.bytes !== null && f.bytes !== undefined ? ` (${(f.bytes / 1024).toFixed(1)} KiB)` : ""}`;
+
+/* A job's status, and for a trial its search's pruner stopped, "pruned" with where and a link to the
+ * search (its status is cancelled, which alone reads as if someone had cancelled it); a failed job's
+ * error code beneath, its message on hover. */
+function jobStatus(job) {
+  const pruned = job.pruned;
+  if (pruned) {
+    return h("span", { class: "job-status" },
+      h("span", { class: "status pruned", "data-status": job.status, "data-pruned": "" }, job.status === "cancelling" ? "pruning" : "pruned"), " ",
+      h("a", { href: `#/searches/${pruned.search_id}`, class: "search-link", "data-search": pruned.search_id }, `search ${pruned.search_id}`),
+      h("div", { class: "muted stopped", title: job.error || "" }, `trial ${pruned.trial}, stopped at step ${pruned.step} (evaluation ${pruned.evaluation})`));
+  }
+  return h("span", { class: "job-status" }, statusBadge(job.status),
+    job.status === "failed" && job.error_code ? h("div", { class: "muted failure", title: plainText(job.error || "") }, job.error_code.replace(/_/g, " ")) : null);
+}
 
 function duration(job) {
   if (!job.started_at) return "";
@@ -336,10 +359,10 @@ async function jobsView(view, params) {
         } })),
         h("td", { class: "num" }, h("a", { href: `#/jobs/${job.id}` }, job.id)),
         h("td", { class: "owner" }, job.owner ?? "—"),
-        h("td", {}, statusBadge(job.status)),
-        h("td", {}, taskOf(job)),
-        h("td", {}, job.spec.model_name_or_path),
-        h("td", { class: "num metric" }, headline(job)),
+        h("td", {}, jobStatus(job)),
+        h("td", { class: "wrap" }, taskOf(job)),
+        h("td", { class: "wrap" }, job.spec.model_name_or_path),
+        h("td", { class: "num metric wrap" }, headline(job)),
         h("td", {}, progressCell(job, totals[i])),
         h("td", {}, duration(job)),
         h("td", { class: "muted" }, when(job.created_at)))));
@@ -432,6 +455,7 @@ async function jobView(view, jobId) {
   view.append(
     h("div", { class: "toolbar" }, title, cancel, again,
       job.sweep_id ? h("a", { href: `#/sweeps/${job.sweep_id}`, id: "job-sweep" }, `one of sweep ${job.sweep_id}`) : null,
+      job.search_id ? h("a", { href: `#/searches/${job.search_id}`, id: "job-search" }, `a trial of search ${job.search_id}`) : null,
       job.rerun_of ? jobLink(job.rerun_of, `rerun of job ${job.rerun_of}`, { id: "job-rerun-of" }) : null,
       h("a", { href: `#/compare?ids=${jobId}` }, "compare…")),
     h("div", { class: "card" }, facts, notice, streamNotice),
@@ -456,6 +480,9 @@ async function jobView(view, jobId) {
       fact("owner", "owner", job.owner ?? "—"),
       job.status === "queued" ? fact("waiting", "waiting for", waitingText(job)) : null,
       fact("task", "task / files", taskOf(job)), fact("model", "model", job.spec.model_name_or_path),
+      job.spec.task_name ? null : fact("files", "data files", (job.data_files || []).map((f) => h("div", {}, fileText(f)))),
+      mappingText(job.spec) ? fact("mapping", "column mapping", mappingText(job.spec)) : null,
+      job.pruned ? fact("pruned", "pruned", `by search ${job.pruned.search_id} at step ${job.pruned.step} (evaluation ${job.pruned.evaluation}): ${job.pruned.metric} ${fmt(job.pruned.value)}`) : null,
       fact("progress", "progress", progressCell(job, total)),
       metric ? fact(lastEval(job), `${metric.name} (${lastEval(job)} evaluation)`, fmt(latest)) : null,
       best ? fact("best", `${best.metric} (best evaluation)`, `${fmt(best.value)} · step ${best.step}`) : null,
@@ -476,7 +503,13 @@ async function jobView(view, jobId) {
   };
   let lastMetric = 0;
   let evaluated = false;
+  // The train loss and the evaluations by step: a checkpoint saved between two evaluations (save_steps
+  // that are not eval_steps, a drain's) has no metrics of its own, and is shown with these instead.
+  const lossAt = new Map();
+  const evalAt = new Map();
   const addMetric = (row) => {
+    if (row.split === "train" && row.name === "loss") lossAt.set(row.step, row.value);
+    else if (row.split === "eval") evalAt.set(row.step, { ...evalAt.get(row.step), [row.name]: row.value });
     if (row.split === "train" && row.name === "loss") loss.add("train", row.step, row.value);
     else if (row.split === "train" && row.name === "learning_rate") lr.add("train", row.step, row.value);
     else if (row.split !== "train") { evalChart(row.name).add(row.split, row.epoch, row.value); evaluated = true; }
@@ -519,13 +552,24 @@ async function jobView(view, jobId) {
     const rows = await readAll(`v1/jobs/${jobId}/metrics`, lastMetric || null);
     return [value, rows];
   };
+  const checkpointMetrics = (c) => {
+    const own = Object.entries(c.metrics || {});
+    if (own.length) return own.map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
+    const atOrBefore = (byStep) => Math.max(-1, ...[...byStep.keys()].filter((step) => step <= c.step));
+    const parts = [];
+    const lossStep = atOrBefore(lossAt);
+    if (lossStep >= 0) parts.push(`train loss ${fmt(lossAt.get(lossStep))}${lossStep === c.step ? "" : ` (step ${lossStep})`}`);
+    const evalStep = atOrBefore(evalAt);
+    if (evalStep >= 0) parts.push(`last evaluation, step ${evalStep}: ${Object.entries(evalAt.get(evalStep)).map(([k, v]) => `${k} ${fmt(v)}`).join(", ")}`);
+    return h("span", { class: "muted", "data-derived": "" }, parts.join(" · ") || "not evaluated");
+  };
   const refreshCheckpoints = async () => {
     const [[list, files], rows] = await withRows(Promise.all([api(`v1/jobs/${jobId}/checkpoints`), api(`v1/jobs/${jobId}/artifacts`)]));
     rows.forEach(addMetric);
     render();
     checkpointsBody.replaceChildren(...list.data.map((c) => h("tr", { "data-step": c.step, class: c.is_best ? "best" : "" },
       h("td", { class: "num" }, c.step), h("td", { class: "num" }, fmt(c.epoch, 2)),
-      h("td", {}, Object.entries(c.metrics).map(([k, v]) => `${k} ${fmt(v)}`).join(", ")),
+      h("td", { class: "wrap checkpoint-metrics" }, checkpointMetrics(c)),
       h("td", {}, c.is_best ? "★ best" : ""))));
     if (!list.data.length) checkpointsBody.replaceChildren(h("tr", {}, h("td", { colspan: 4, class: "muted" }, "none yet")));
     artifacts.replaceChildren(...files.data.filter((f) => f.kind !== "checkpoint").map((f) => h("tr", {},

@@ -9,6 +9,21 @@ const paramsText = (params) => Object.entries(params)
   .map(([k, v]) => `${k}=${typeof v === "number" ? Number(v.toPrecision(3)) : v}`).join(" ");
 const objectiveText = (search) => `${search.objective.metric} (${search.objective.direction})`;
 
+/* The space searched, one line a field: "learning_rate: 1e-05 … 0.001, log scale". */
+const rangeText = (p) => (p.type === "categorical" ? `one of ${p.choices.join(", ")}`
+  : `${p.low} … ${p.high}${p.type === "int" && p.step > 1 ? ` step ${p.step}` : ""}${p.log ? ", log scale" : ""}${p.type === "int" ? " (integers)" : ""}`);
+const spaceList = (space) => h("ul", { class: "space", id: "search-space" },
+  Object.entries(space).map(([field, p]) => h("li", { "data-field": field }, h("code", {}, field), `: ${rangeText(p)}`)));
+
+/* What pruning saved: optimizer steps the pruned trials did not run, of what the ended trials planned. */
+function savingsText(savings) {
+  if (!savings || !savings.steps_planned) return "nothing to count yet: no trial has completed or been pruned with a known plan";
+  const share = savings.saved_share === null ? "" : ` (${(savings.saved_share * 100).toFixed(1)} %)`;
+  const unknown = savings.trials_unknown ? `; ${savings.trials_unknown} ended trial(s) left out, their plan unknown` : "";
+  return `Pruning saved ${savings.steps_saved} of ${savings.steps_planned} optimizer steps${share}: `
+    + `${savings.pruned_trials} trial(s) stopped early, ${savings.steps_run} steps run${unknown}.`;
+}
+
 async function searchesView(view) {
   const body = h("tbody", { id: "searches-body" });
   const note = h("p", { class: "muted" });
@@ -24,7 +39,7 @@ async function searchesView(view) {
         h("td", {}, statusBadge(search.status)),
         h("td", {}, search.spec.task_name || search.spec.train_file || ""),
         h("td", {}, search.spec.model_name_or_path),
-        h("td", {}, Object.keys(search.space).join(", ")),
+        h("td", { class: "wrap" }, Object.entries(search.space).map(([k, p]) => `${k}: ${rangeText(p)}`).join("; ")),
         h("td", {}, objectiveText(search)),
         h("td", {}, `${search.n_trials}: ${countsText(search.trial_counts)}`),
         h("td", { class: "num" }, search.best ? fmt(search.best.value) : "—"),
@@ -107,6 +122,9 @@ async function searchView(view, searchId) {
          ["objective", objectiveText(search)], ["sampler", search.sampler.type], ["pruner", search.pruner.type],
          ["trials", `${search.n_trials} (${search.parallelism} at once): ${countsText(search.trial_counts)}`], ["created", when(search.created_at)]]
           .map(([k, v]) => h("div", {}, h("span", {}, k), v))),
+      h("div", { class: "two" },
+        h("div", {}, h("h2", {}, "Space searched"), spaceList(search.space)),
+        h("div", {}, h("h2", {}, "Compute saved by pruning"), h("p", { id: "search-savings" }, savingsText(search.savings)))),
       best ? h("p", { id: "search-best" }, `Best: trial ${best.number} (job ${best.job_id}), ${paramsText(best.params)}: ${search.objective.metric} ${fmt(best.value)}`) : null,
       search.note ? h("p", { class: "muted", id: "search-note" }, search.note) : null,
       search.seeds ? h("p", { id: "search-seeds" }, `Best configuration over seeds ${search.seeds.seeds.join(", ")} (sweep ${search.seeds.sweep_id}): median ${fmt(search.seeds.median)}`) : null,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from shared.core.db import read, write
 from shared.core.errors import Conflict
 from shared.core.ownership import _newest_first, _owned
-from shared.core.tables import Job, JobMetric, Search, SearchStatus, SearchTrial, utcnow
+from shared.core.tables import Job, JobEvent, JobMetric, Search, SearchStatus, SearchTrial, utcnow
 from shared.jobs_repo import SweepJob, prune_job
 from shared.jobs_repo.jobs import _add_job, _cancel
 from shared.jobspec.tasks import EVAL_SPLIT
@@ -140,6 +140,37 @@ def list_jobs(session: Session, *, job_ids: Sequence[int]) -> dict[int, Job]:
         return {}
     with read(session):
         return {job.id: job for job in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+
+
+def trials_of_jobs(session: Session, *, job_ids: Sequence[int]) -> dict[int, SearchTrial]:
+    """Of these jobs, those that are a search's trials: their trial rows (search, number, where a
+    pruned one was stopped), by job id. One query for a page of jobs."""
+    if not job_ids:
+        return {}
+    with read(session):
+        query = select(SearchTrial).where(SearchTrial.job_id.in_(job_ids))
+        return {trial.job_id: trial for trial in session.scalars(query) if trial.job_id is not None}
+
+
+# The training loop announces its schedule in one event (worker/run_reports.py's log_schedule).
+SCHEDULE_EVENT = "training: %"
+
+
+def planned_steps(session: Session, *, job_ids: Sequence[int]) -> dict[int, int]:
+    """The optimizer steps each job's training loop planned (as it announced them), by job id; a job
+    that has not started training has none."""
+    if not job_ids:
+        return {}
+    query = select(JobEvent.job_id, JobEvent.data).where(
+        JobEvent.job_id.in_(job_ids), JobEvent.message.like(SCHEDULE_EVENT)
+    )
+    planned: dict[int, int] = {}
+    with read(session):
+        for job_id, data in session.execute(query.order_by(JobEvent.id)):
+            steps = (data or {}).get("max_train_steps")
+            if isinstance(steps, int):
+                planned[job_id] = steps  # the latest attempt's
+    return planned
 
 
 def objective_rows(session: Session, *, job_ids: Sequence[int], metric: str) -> dict[int, list[JobMetric]]:
