@@ -69,7 +69,9 @@ def test_a_warming_worker_says_warming_up_with_its_database_reachable_then_idles
         assert "warm-start template ready" in log.read_text()
 
         # Idle over several heartbeats and polls: every claim asks whether the release still fits
-        # the database, and none of that is news worth an INFO line.
+        # the database, and none of that is news worth an INFO line. (From the loop's start line on,
+        # which it may write just after its /readyz turned 200.)
+        wait_for(lambda: " started on " in log.read_text(), timeout_s=30, interval_s=0.05)
         said = log.stat().st_size
         time.sleep(8 * settings.heartbeat_s)
         assert worker.poll() is None
