@@ -49,7 +49,7 @@ def read_config(path: Path) -> dict[str, Any] | None:
         return None
     try:
         config = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     return config if isinstance(config, dict) else None
 
@@ -90,10 +90,9 @@ def check_model_size(
     (GLUEJOBS_MAX_MODEL_PARAMETERS), with the memory full fine-tuning it would take."""
     parameters = estimate_parameters(config, field=field, error=error)
     if parameters is not None and parameters > max_parameters:
-        memory = parameters * BYTES_PER_TRAINED_PARAMETER / GIB
         raise error(
-            f"config.json declares a model of about {_words(parameters)} parameters (about {memory:,.0f} GiB "
-            f"to fine-tune), more than the {_words(max_parameters)} this service accepts "
+            f"config.json declares a model of {_about(parameters)} parameters ({_memory(parameters)} to "
+            f"fine-tune), more than the {_words(max_parameters)} this service accepts "
             "(GLUEJOBS_MAX_MODEL_PARAMETERS)",
             field=field,
         )
@@ -114,8 +113,24 @@ def _sizes(config: dict[str, Any], *, field: str, error: type[GluejobsError]) ->
     return sizes
 
 
+# Past this a count is said as "more than": a config's sizes are Python ints of any length, and a
+# float of their product overflowed (a hidden_size of 10**400 answered 500, found by
+# tests/test_fuzz_bodies.py).
+BEYOND_WORDS = 10**18
+
+
+def _about(count: int) -> str:
+    return "more than a million trillion" if count > BEYOND_WORDS else f"about {_words(count)}"
+
+
 def _words(count: int) -> str:
     for unit, scale in (("trillion", 10**12), ("billion", 10**9), ("million", 10**6)):
         if count >= scale:
             return f"{count / scale:,.1f} {unit}"
     return f"{count:,}"
+
+
+def _memory(parameters: int) -> str:
+    if parameters > BEYOND_WORDS:
+        return "more memory than any machine has"
+    return f"about {parameters * BYTES_PER_TRAINED_PARAMETER / GIB:,.0f} GiB"

@@ -72,7 +72,7 @@ def unpack_model_tar(tar_path: Path, into: Path, *, max_bytes: int) -> list[Mani
     try:
         # Uncompressed only: no decompression bomb. Closed by the `with` below.
         archive = tarfile.open(tar_path, mode="r:")  # noqa: SIM115
-    except (tarfile.TarError, OSError):
+    except (tarfile.TarError, OSError, ValueError):  # ValueError: the first member's pax numbers
         raise InvalidRequest(
             "the upload is not an (uncompressed) tar of a model folder (gluejobs models upload makes one)",
             field=FIELD,
@@ -125,6 +125,7 @@ def _checked_members(
         for count, member in enumerate(archive, start=1):
             if count > MAX_MEMBERS:
                 raise InvalidRequest(f"the folder holds more than {MAX_MEMBERS} entries", field=FIELD)
+            _check_layout(member)
             relative = _member_path(member)
             if relative is None:
                 continue
@@ -151,7 +152,8 @@ def _checked_members(
                     )
             members.append((member, relative))
         ended = archive.offset
-    except (tarfile.TarError, EOFError):
+    # tarfile reads a pax record's number or a sparse map with int() and lets its ValueError through.
+    except (tarfile.TarError, EOFError, ValueError):
         raise InvalidRequest(
             "the tar is cut short or malformed: a member's header could not be read", field=FIELD
         ) from None
@@ -163,6 +165,21 @@ def _checked_members(
                 field=FIELD,
             )
     return members
+
+
+def _check_layout(member: tarfile.TarInfo) -> None:
+    """A member's sizes as tarfile read them, before it reads on: a negative size (base-256 or a pax
+    record) sends its next read backwards (an OSError, a 500) and would lower the sum the folder's cap
+    is held to; a sparse map's pieces must lie inside the member's size, or the size counted is not
+    what would be written."""
+    pieces: list[tuple[int, int]] = getattr(member, "sparse", None) or []  # typeshed leaves it out
+    if member.size < 0 or any(
+        offset < 0 or length < 0 or offset + length > member.size for offset, length in pieces
+    ):
+        raise InvalidRequest(
+            "the tar is cut short or malformed: a member's header declares a size it cannot have",
+            field=FIELD,
+        )
 
 
 def _check_size(relative: PurePosixPath, size: int) -> None:
@@ -270,7 +287,7 @@ def _json_object(path: Path, *, required: bool) -> dict[str, Any]:
     try:
         with path.open("rb") as f:  # capped at unpacking too: a caller may hand any folder
             parsed = json.loads(f.read(MAX_TOKENIZER_BYTES + 1))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise InvalidRequest(f"{path.name} is not valid JSON", field=FIELD) from None
     if not isinstance(parsed, dict):
         raise InvalidRequest(f"{path.name} is not a JSON object", field=FIELD)
