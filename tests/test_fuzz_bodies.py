@@ -16,8 +16,8 @@ parser accepts), samplers and pruners. No answer is a 5xx, and an accepted searc
 be drawn and resolve to job specs, as its driver draws them.
 
 The fuzz is hypothesis' and seeded (the same cases every run); GLUEJOBS_TEST_BODY_FUZZ_CASES sets its
-cases per test (more, e.g. nightly). The regression tests of what it found run with every `make
-test-fast`.
+cases per test (more, e.g. nightly). The regression tests of what it found are not slow: their
+local-store and SQLite cases run with every `make test-fast`.
 """
 
 from __future__ import annotations
