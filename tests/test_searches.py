@@ -253,6 +253,71 @@ def test_successive_halving_prunes_at_its_rungs(client: TestClient, db: Database
     assert job["status"] == "cancelling" and job["error_code"] == "pruned" and "asha pruner" in job["error"]
 
 
+def announce_schedule(db: Database, job_id: int, steps: int) -> None:
+    """What the training loop says as it starts (worker/run_reports.py's log_schedule)."""
+    with db.engine.connect() as connection:
+        worker_id, attempt = connection.execute(
+            select(Job.worker_id, Job.attempts).where(Job.id == job_id)
+        ).one()
+    with db.session() as session:
+        jobs_repo.add_event(
+            session,
+            job_id=job_id,
+            message=f"training: 1 epochs, {steps} optimizer steps, batch 8 × 1 processes × 1 accumulation",
+            data={"num_epochs": 1, "max_train_steps": steps, "warmup_steps": 0},
+            claim=jobs_repo.Claim(job_id, worker_id, attempt),
+        )
+
+
+def test_a_pruned_trials_job_names_its_search_and_where_it_stopped_and_the_search_what_pruning_saved(
+    client: TestClient, db: Database, settings: Settings
+) -> None:
+    search = create(
+        client,
+        n_trials=2,
+        parallelism=1,
+        sampler={"type": "random"},
+        pruner={"type": "asha", "min_resource": 1, "reduction_factor": 2},
+    )
+    first = search["job_ids"][0]
+    evaluate(db, first, [0.9])
+    announce_schedule(db, first, 8)
+    finish_running(db, first, JobStatus.succeeded)
+    drive(db, settings)
+    second = search_of(client, search["id"])["job_ids"][1]
+    evaluate(db, second, [0.4])  # step 2 of 8: not in the top half at rung 0
+    announce_schedule(db, second, 8)
+    drive(db, settings)
+    stopped = {
+        "search_id": search["id"],
+        "trial": 1,
+        "evaluation": 1,
+        "epoch": 1.0,
+        "step": 2,
+        "metric": "accuracy",
+        "value": 0.4,
+        "pruner": "asha",
+    }
+    job = client.get(f"/v1/jobs/{second}").json()
+    assert job["status"] == "cancelling" and job["search_id"] == search["id"] and job["pruned"] == stopped
+    listed = {j["id"]: j for j in client.get("/v1/jobs").json()["data"]}
+    assert listed[second]["pruned"] == stopped
+    assert listed[first]["search_id"] == search["id"] and listed[first]["pruned"] is None
+    finish_running(db, second, JobStatus.cancelled)
+    drive(db, settings)
+    found = search_of(client, search["id"])
+    assert found["status"] == "succeeded"
+    # 8 + 8 steps planned; the complete trial ran its 8, the pruned one 2 of them.
+    assert found["savings"] == {
+        "pruned_trials": 1,
+        "steps_planned": 16,
+        "steps_run": 10,
+        "steps_saved": 6,
+        "saved_share": 0.375,
+        "trials_unknown": 0,
+    }
+
+
 def test_cancelling_a_search_cancels_its_trials(client: TestClient, db: Database, settings: Settings) -> None:
     search = create(client, n_trials=6, parallelism=2)
     evaluate(db, search["job_ids"][0], [0.6])  # running
