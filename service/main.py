@@ -93,10 +93,14 @@ def key_ring(settings: Settings, db: Database) -> KeyRing:
 
 def sweep_orphan_uploads(settings: Settings, db: Database, store: Store) -> None:
     """Uploaded bytes and registered models' objects that no row holds (an API that died between the
-    two writes) leave the store; a store or database that is away leaves them to the next start."""
+    two writes), and multipart uploads left open, leave the store; a store or database that is away
+    leaves them to the next start."""
     try:
         store.once(lambda quick: sweep_orphans(db, quick, grace_s=settings.orphan_grace_s))
         store.once(lambda quick: sweep_model_orphans(db, quick, grace_s=settings.orphan_grace_s))
+        # S3 multipart uploads a killed process left open (its parts stay stored, billed and unseen),
+        # begun longer ago than the grace: a live one's parts go one at a time, far faster than that.
+        store.once(lambda quick: quick.abort_uploads(older_than_s=settings.orphan_grace_s))
     except (StoreUnavailable, SQLAlchemyError, OSError) as exc:
         what = type(exc).__name__
         logger.warning("could not sweep the store's orphaned uploads (%s); the next start will", what)

@@ -30,7 +30,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -213,10 +213,70 @@ class Store:
                 Path(partial).unlink(missing_ok=True)
             return
         crash_point("store_put")
-        self._retrying(
-            f"upload {key}",
-            lambda: self.fs.put_file(str(local), target, chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE),
-        )
+        tries = 0
+
+        def upload() -> None:
+            nonlocal tries
+            tries += 1
+            self.fs.put_file(str(local), target, chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE)
+
+        try:
+            self._retrying(f"upload {key}", upload)
+        except BaseException:
+            self._abort_own(key)
+            raise
+        if tries > 1:
+            self._abort_own(key)
+
+    def _abort_own(self, key: str) -> None:
+        """s3fs aborts a multipart upload whose part failed, but its abort is one request, lost when
+        the store is away: the cut upload's parts stay in the bucket, unseen and billed. Once a try of
+        a put failed, the process aborts the uploads of `key` left open, in one try, if the store
+        answers by then; the API's start-up sweep takes the rest. Every open upload of the key, not
+        only this process's (S3 says nothing of who began one, and moto not even when): keys are a
+        job's files, written by one attempt, or content hashes, where the one upload it could cut is
+        a second writer's of the same bytes at the same moment, whose put then fails whole (its
+        object is never half-written) and the bytes are there from the first."""
+        with contextlib.suppress(Exception):
+            self.once(lambda quick: quick.abort_uploads(key))
+
+    def abort_uploads(self, key: str | None = None, *, older_than_s: float | None = None) -> int:
+        """Abort the S3 multipart uploads left open under the store's prefix (of `key` alone, when
+        named), those begun more than `older_than_s` ago when it is given; how many. A
+        multipart upload cut by a kill or an outage is not an object (no listing shows it) but its
+        parts stay stored until it is aborted."""
+        if self.is_local:
+            return 0
+        bucket, _, root = self.root.partition("/")
+        prefix = f"{root}/{key}" if root and key else (key or root)
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s) if older_than_s is not None else None
+
+        def abort() -> int:
+            aborted, markers = 0, dict[str, str]()
+            while True:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **markers)
+                for upload in page.get("Uploads", []):
+                    begun = upload["Initiated"].astimezone(UTC)
+                    if key is not None and upload["Key"] != prefix:
+                        continue
+                    if cutoff is not None and begun > cutoff:
+                        continue
+                    self.fs.call_s3(
+                        "abort_multipart_upload",
+                        Bucket=bucket,
+                        Key=upload["Key"],
+                        UploadId=upload["UploadId"],
+                    )
+                    aborted += 1
+                if not page.get("IsTruncated"):
+                    break
+                markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+            return aborted
+
+        aborted = self._retrying(f"abort the uploads left open under {key or 'the store'}", abort)
+        if aborted:
+            logger.info("aborted %d multipart upload(s) left open under %s", aborted, key or "the store")
+        return aborted
 
     def delete(self, key: str) -> None:
         """Remove `key`, or everything under it; nothing there is no error."""
