@@ -323,13 +323,6 @@ class Settings(BaseSettings):
         description="Dry runs (they read and tokenise data inside the API) at once; more get 429 with "
         "Retry-After",
     )
-
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
-    @classmethod
-    def _parse_names(cls, value: object) -> object:
-        return _split_keys(value.lower() if isinstance(value, str) else value)
-
-    trackers: KeyList = Field(
     # A dry run's tokenizer is the model's (a registered model's: the owner's file, regexes and all); it
     # runs in a child process under these limits (service/dry_run/tokenizer_child.py). A normal
     # tokenizer measures a dry run's 5,000-row samples in well under a second of CPU and ~100 MB.
@@ -348,6 +341,13 @@ class Settings(BaseSettings):
         description="Wall-clock seconds a dry run's tokenizer may take, its child's start included; past "
         "it: 422",
     )
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _parse_names(cls, value: object) -> object:
+        return _split_keys(value.lower() if isinstance(value, str) else value)
+
+    trackers: KeyList = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the workers serve (installed and configured on every worker); "
         "jobs asking for others are refused. Default: TensorBoard, which the worker extra installs",
