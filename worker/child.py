@@ -45,6 +45,7 @@ from shared.core.storage import Store
 from shared.core.tables import Job
 from shared.data.local_copies import local_copy
 from shared.jobs_repo import Claim
+from shared.jobspec.capability import runnable_spec
 from shared.jobspec.spec import JobSpec
 from worker import checkpoints
 from worker.job_storage import JobStorage
@@ -115,7 +116,9 @@ def run_attempt(
         storage = JobStorage.of(settings, claim.job_id)
         output_dir = storage.local
         checkpoints_dir = storage.checkpoints_dir
-        spec = JobSpec.model_validate(job.spec)
+        # As the worker read it before it ran the job (shared/jobspec/capability.py): fields this
+        # build does not know and the job leaves off are dropped.
+        spec = runnable_spec(job.spec)
 
         def stale(error: StaleClaim) -> None:
             # Nothing this attempt was still writing may stay behind for the current one to find.

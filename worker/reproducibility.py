@@ -27,6 +27,7 @@ from typing import Any
 from shared.core.config import Settings
 from shared.core.tables import Job
 from shared.data.reading import job_data_files
+from shared.jobspec.capability import runnable_spec
 from shared.jobspec.spec import JobSpec
 from shared.model_folders.reading import local_model_folder, weight_files
 
@@ -44,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 def environment_record(job: Job, settings: Settings) -> dict[str, Any]:
     """The record for the attempt that is starting (a job's process queues its write)."""
     try:
-        return collect_environment(JobSpec.model_validate(job.spec), settings, attempt=job.attempts)
+        return collect_environment(runnable_spec(job.spec), settings, attempt=job.attempts)
     except Exception as exc:  # the record documents a run; it must never be the reason a run fails
         logger.warning("job %s: could not collect the reproducibility record: %s", job.id, exc)
         return {"attempt": job.attempts, "error": f"{type(exc).__name__}: {exc}"}

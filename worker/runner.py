@@ -35,11 +35,12 @@ from secrets import token_hex
 from types import FrameType
 
 from shared import jobs_repo
-from shared.core import release
+from shared.core import build, release
 from shared.core.config import Settings
 from shared.core.db import Database, read
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import Job, WorkerState
+from shared.jobspec.capability import known_fields, read_spec
 from shared.queue.fair_share import ClaimPolicy
 from worker.devices import DevicePool, cpu_slots
 from worker.disk_space import DiskState, disk_state
@@ -59,8 +60,14 @@ __all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
 
 
 def worker_version() -> str:
-    """This worker's release (GET /v1/workers shows it: a fleet mid-upgrade is visible)."""
-    return release.RELEASE
+    """This worker's release and build, "0.2.0+1a2b3c4d5e6f" (GET /v1/workers shows both: two builds
+    of one release are told apart, and a fleet mid-upgrade is visible)."""
+    return build.version_string()
+
+
+# How many refused jobs a worker remembers not to claim again (a bounded skip list: past it, the
+# oldest is forgotten, claimed once more and refused once more, which costs one claim).
+MAX_REFUSED = 1000
 
 
 logger = logging.getLogger(__name__)
@@ -98,6 +105,10 @@ class Worker:
         # Why this release stopped claiming (the database needs another one), once it did.
         self.refusal: str | None = None
         self.disk: DiskState | None = None  # its job disk at the loop's last look
+        # Jobs this build handed back because it cannot run them (oldest first), never claimed again;
+        # and the spec fields it was asked for and lacks (for its log and GET /v1/workers' reader).
+        self.refused: dict[int, str] = {}
+        self.missing_fields: set[str] = set()
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -262,6 +273,7 @@ class Worker:
                 pid=os.getpid(),
                 devices=self.pool.devices,
                 version=worker_version(),
+                build=build.build_record(known_fields(), release.schema_head()),
             )
             jobs_repo.prune_workers(session)
         self._registered, self._state, self._touched_at = True, WorkerState.idle, time.monotonic()
@@ -297,9 +309,12 @@ class Worker:
                 max_processes=free,
                 capacity=len(self.pool.devices),  # a wide job may reserve this worker (reservations.py)
                 policy=self.claim_policy,
+                skip=self.refused.keys(),
             )
         if job is None:
             return False
+        if self._refuse_if_unable(job):
+            return True  # handed back: look for the next job at once
         # bench/fleet_bench.py reads the claim's duration from this line.
         logger.info(
             "claimed job %s (attempt %d) in %.1f ms",
@@ -322,6 +337,31 @@ class Worker:
             self._running[job.id] = supervisor
             self._started += 1
         supervisor.start()
+        return True
+
+    def _refuse_if_unable(self, job: Job) -> bool:
+        """Whether this build cannot run the job it claimed, judged from the job's spec
+        (shared/jobspec/capability.py); if so the job goes back untouched, with an event naming this
+        build and why, and this worker never claims it again (a build that can run it will)."""
+        verdict = read_spec(job.spec)
+        if verdict.refusal is None:
+            return False
+        claim = jobs_repo.Claim(job.id, self.worker_id, job.attempts)
+        with self.database.session() as session:
+            jobs_repo.refuse_job(
+                session, claim=claim, build=build.describe(), reason=verdict.refusal, missing=verdict.missing
+            )
+        self.refused[job.id] = verdict.refusal
+        while len(self.refused) > MAX_REFUSED:
+            del self.refused[next(iter(self.refused))]
+        self.missing_fields.update(verdict.missing)
+        logger.warning(
+            "worker %s of %s handed job %s back without running it: %s",
+            self.worker_id,
+            build.describe(),
+            job.id,
+            verdict.refusal,
+        )
         return True
 
     def _fits_database(self) -> bool:

@@ -40,6 +40,7 @@ from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import ErrorCode, Job, JobStatus
+from shared.jobspec.capability import runnable_spec
 from shared.jobspec.spec import JobSpec
 from worker.disk_space import disk_state
 from worker.health import DatabaseWatch
@@ -369,7 +370,7 @@ class JobSupervisor:
 
     def _places(self) -> Places:
         try:
-            spec: JobSpec | None = JobSpec.model_validate(self.job.spec)
+            spec: JobSpec | None = runnable_spec(self.job.spec)
         except ValueError:  # a spec this version refuses: its folders are still this machine's
             spec = None
         job_dirs = {self.storage.local, self.settings.job_dir(self.job.id)}

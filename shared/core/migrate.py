@@ -51,6 +51,9 @@ def _upgrade(connection: Connection, config: Config, dialect: str, head: str, ta
     if dialect == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PG_MIGRATION_LOCK_ID})
     current = release.current_revision(connection)
+    changed = release.changed_migrations(connection, current, head) if current is not None else []
+    if changed:  # checked before the upgrade, whose record would write this build's hashes over them
+        raise release.ReleaseMismatch(release.changed_line(changed))
     if current is not None and current not in release.known_revisions(head):
         release.check(connection)  # a newer schema: it says whether this release may go on
         return

@@ -10,10 +10,20 @@ The database says two things: its schema revision (Alembic's alembic_version) an
 
 An API that does not fit refuses to serve and a worker refuses to claim, each with one line that says
 which release or which migration is needed (`ReleaseMismatch`). docs/upgrading.md tells the order.
+
+A revision id alone does not say which migration ran (issue 35: a database migrated by an earlier
+commit, whose 0013 was another migration before a merge renumbered them, read as up to date and
+lacked the webhooks' tables). So `gluejobs migrate` also records the content hash of every migration
+the schema went through (`migration_digests`), and a build whose migration of the same id differs
+does not fit; and `gluejobs migrate`, `serve` and `worker` verify on start that every table and
+column this build's models declare is there (`check`), which catches a database migrated before the
+hashes were recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 from functools import cache
@@ -22,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, insert, inspect, text, update
 
-from shared.core.tables import ReleaseRecord, utcnow
+from shared.core.tables import Base, ReleaseRecord, utcnow
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -138,6 +148,103 @@ def current_revision(connection: Connection) -> str | None:
     return str(heads[0]) if heads else None
 
 
+# The migration that added gluejobs_release.migration_digests: a schema before it has no hashes.
+DIGESTS_SINCE = "0014"
+_REVISION = re.compile(r"^revision(?:\s*:\s*str)?\s*=\s*[\"']([^\"']+)[\"']", re.MULTILINE)
+_DOWN = re.compile(r"^down_revision(?:\s*:[^=]*)?=\s*[\"']([^\"']+)[\"']", re.MULTILINE)
+
+
+@cache
+def migration_files() -> tuple[tuple[str, str | None, str], ...]:
+    """(revision, down revision, sha256 of the file) of each of this build's migrations, read from
+    the files as they are (no Alembic import: the API never imports it; see alembic_config)."""
+    found = []
+    for path in sorted((migrations_dir() / "versions").glob("*.py")):
+        content = path.read_bytes()
+        revision = _REVISION.search(content.decode())
+        if revision is None:
+            continue
+        down = _DOWN.search(content.decode())
+        found.append(
+            (revision.group(1), down.group(1) if down else None, hashlib.sha256(content).hexdigest())
+        )
+    return tuple(found)
+
+
+def migration_digests() -> dict[str, str]:
+    """{revision: sha256 of its file} for this build's migrations."""
+    return {revision: digest for revision, _, digest in migration_files()}
+
+
+def files_head() -> str | None:
+    """The newest revision among this build's migration files (the one no other revises)."""
+    revisions = migration_files()
+    downs = {down for _, down, _ in revisions}
+    heads = [revision for revision, _, _ in revisions if revision not in downs]
+    return heads[0] if len(heads) == 1 else None
+
+
+def recorded_digests(connection: Connection, current: str, head: str) -> dict[str, str] | None:
+    """The migration hashes `gluejobs migrate` recorded, or None where none were (a schema before
+    DIGESTS_SINCE, or migrated by a build that did not record them)."""
+    known = known_revisions(head)
+    if current in known and (DIGESTS_SINCE not in known or DIGESTS_SINCE not in _chain_to(current)):
+        return None
+    # The table is there: DIGESTS_SINCE (or a newer schema) is past 0010, which made it.
+    value = connection.execute(text(f"SELECT migration_digests FROM {TABLE} WHERE id = 1")).scalar()
+    if isinstance(value, str):  # SQLite's driver gives JSON as text; psycopg parses it
+        value = json.loads(value)
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def _chain_to(revision: str) -> set[str]:
+    down = {rev: parent for rev, parent, _ in migration_files()}
+    chain = set()
+    at: str | None = revision
+    while at is not None and at not in chain:
+        chain.add(at)
+        at = down.get(at)
+    return chain
+
+
+def changed_migrations(connection: Connection, current: str, head: str) -> list[str]:
+    """The revisions the database went through whose migration differs from this build's of the same
+    id (renumbered or edited since), oldest first."""
+    recorded = recorded_digests(connection, current, head)
+    if not recorded:
+        return []
+    ours = migration_digests()
+    return sorted(
+        revision for revision, digest in recorded.items() if revision in ours and ours[revision] != digest
+    )
+
+
+def changed_line(changed: list[str], release: str = RELEASE) -> str:
+    """The one line a build refuses a database with whose migrations `changed` differ from its own."""
+    return (
+        f"the database's migration {', '.join(changed)} is not gluejobs {release}'s migration of the same "
+        "id (its content differs: renumbered or edited since the database was migrated), so its schema "
+        "cannot pass for this build's: restore the database from before that migration, or run the "
+        "build that migrated it"
+    )
+
+
+def missing_schema(connection: Connection) -> list[str]:
+    """Every table and column this build's models declare that the database lacks ("webhook_endpoints",
+    "jobs.reserved_by"): one catalogue read per table kind, at start-up only."""
+    inspector = inspect(connection)
+    tables = set(inspector.get_table_names())
+    missing = [name for name in Base.metadata.tables if name not in tables]
+    present = [name for name in Base.metadata.tables if name in tables]
+    columns = inspector.get_multi_columns(filter_names=present) if present else {}
+    found = {table: {column["name"] for column in cols} for (_, table), cols in columns.items()}
+    for name in present:
+        for column in Base.metadata.tables[name].columns:
+            if column.name not in found.get(name, set()):
+                missing.append(f"{name}.{column.name}")
+    return missing
+
+
 def oldest_fitting(connection: Connection) -> str | None:
     """The oldest release the database admits, or None when no release has written it (a schema
     migrated by 0.1.0, which predates the row)."""
@@ -165,6 +272,9 @@ def misfit(connection: Connection, release: str | None = None, head: str | None 
         if version_key(release) < version_key(oldest):
             return _too_old(release, oldest, current)
         return None  # a newer, additive schema that admits this release
+    changed = changed_migrations(connection, current, head)
+    if changed:
+        return changed_line(changed, release)
     if current != head:
         return (
             f"gluejobs {release} needs the database schema at {head}, and it is at {current}: "
@@ -183,10 +293,24 @@ def _too_old(release: str, oldest: str, current: str) -> str:
 
 
 def check(connection: Connection) -> None:
-    """Raise ReleaseMismatch unless this release fits the database."""
+    """Raise ReleaseMismatch unless this release fits the database: its revision and migrations
+    (misfit), and, on this build's own head, every table and column its models declare (a database
+    whose revision row says more than its tables hold)."""
     reason = misfit(connection)
     if reason is not None:
         raise ReleaseMismatch(reason)
+    current = current_revision(connection)
+    # Only on the head of this build's files: the models describe that schema (a test's previous
+    # release, whose head is older, runs this code on a schema without the later tables).
+    if current is not None and current == schema_head() == files_head():
+        missing = missing_schema(connection)
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise ReleaseMismatch(
+                f"the database says its schema is at {current}, but it lacks {shown}: it was migrated by "
+                "another build whose migrations differ (renumbered or edited); restore it from before "
+                "that migration, or run the build that migrated it"
+            )
 
 
 def record(connection: Connection, head: str) -> None:
@@ -197,6 +321,16 @@ def record(connection: Connection, head: str) -> None:
     oldest = max(
         OLDEST_FITTING_RELEASE, oldest_fitting(connection) or OLDEST_FITTING_RELEASE, key=version_key
     )
-    values = {"schema_revision": head, "min_release": oldest, "migrated_by": RELEASE, "migrated_at": utcnow()}
+    values: dict[str, object] = {
+        "schema_revision": head,
+        "min_release": oldest,
+        "migrated_by": RELEASE,
+        "migrated_at": utcnow(),
+    }
+    if DIGESTS_SINCE in known_revisions(head):
+        chain = known_revisions(head)
+        values["migration_digests"] = {
+            rev: digest for rev, digest in migration_digests().items() if rev in chain
+        }
     if not connection.execute(update(ReleaseRecord).where(ReleaseRecord.id == 1).values(**values)).rowcount:
         connection.execute(insert(ReleaseRecord).values(id=1, **values))

@@ -483,6 +483,24 @@ class ReleaseRecord(Base):
     min_release: Mapped[str] = mapped_column(String(32))
     migrated_by: Mapped[str] = mapped_column(String(32))  # the release that wrote the row
     migrated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # {revision: sha256 of its migration file} for every migration the schema went through, as the
+    # migrating build's files read: a renumbered or edited migration never passes for applied.
+    migration_digests: Mapped[dict[str, str] | None] = mapped_column(Json)
+
+
+class WorkerBuild(Base):
+    """A build workers run (shared/core/build.py): its release, code hash, commit, the schema head
+    it knows and the spec fields it supports. A worker row names its build in `version`
+    ("0.2.0+<build>"); GET /v1/workers shows each worker's build from here."""
+
+    __tablename__ = "worker_builds"
+
+    build: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64))
+    commit: Mapped[str | None] = mapped_column(String(64))
+    schema_head: Mapped[str] = mapped_column(String(32))
+    spec_fields: Mapped[list[str]] = mapped_column(Json, default=list)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class SearchStatus(StrEnum):

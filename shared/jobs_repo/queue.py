@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +47,7 @@ def claim_next(
     max_processes: int | None = None,
     capacity: int | None = None,
     policy: ClaimPolicy | None = None,
+    skip: Collection[int] = (),
 ) -> Job | None:
     """Claim the next claimable job in the order of `policy` (shared/queue/fair_share.py: fair share,
     priority, age; without a policy: priority, then age), or None.
@@ -62,10 +63,15 @@ def claim_next(
     transaction picks the row (on Postgres FOR UPDATE SKIP LOCKED, so concurrent workers each take a
     different job without waiting; SQLite runs it under its single write lock) and claims it with
     one UPDATE that re-checks the status.
+
+    `skip`: jobs this worker handed back because its build cannot run them (refuse_job); it never
+    takes them again, while another build may.
     """
     policy = policy or ClaimPolicy()
     now = utcnow()
     claimable = [Job.status == JobStatus.queued, or_(Job.not_before.is_(None), Job.not_before <= now)]
+    if skip:
+        claimable.append(Job.id.not_in(list(skip)))
     widest = capacity if capacity is not None else max_processes
     reserving = capacity is not None and max_processes is not None and policy.reservation_after_s is not None
     wide = None
@@ -264,6 +270,52 @@ def release_job(session: Session, *, claim: Claim, reason: str) -> bool:
         job.worker_id, job.lease_expires_at, job.attempts = None, None, job.attempts - 1
         transition(session, job, JobStatus.queued, f"job requeued: {reason}")
     return True
+
+
+# The words of a build's refusal (refuse_job): not a resource hand-back, never counted as one.
+REFUSAL_WORDS = "handed back untouched"
+
+
+def refuse_job(
+    session: Session,
+    *,
+    claim: Claim,
+    build: str,
+    reason: str,
+    missing: Sequence[str] = (),
+) -> JobStatus | None:
+    """The worker that claimed the job cannot run it (its build lacks a spec field the job uses, or
+    cannot parse the spec: shared/jobspec/capability.py): the job goes back to the queue untouched,
+    as if never claimed — no attempt spent, its error left as it was, claimable at once by another
+    build — and an event says which build refused it and why. Not a resource hand-back: it never
+    counts toward GLUEJOBS_MAX_RESOURCE_HANDBACKS. A cancel requested meanwhile wins. The job's
+    status after it, or None when the claim was lost."""
+    with write(session):
+        job = current_job(session, claim)
+        if job is None:
+            return None
+        message = f"worker {claim.worker_id} of {build} cannot run this job: {reason}"
+        data: dict[str, Any] = {
+            "refused_by": {"worker_id": claim.worker_id, "build": build},
+            "reason": reason,
+        }
+        if missing:
+            data["missing_fields"] = list(missing)
+        job.lease_expires_at, job.worker_id, job.attempts = None, None, job.attempts - 1
+        if job.attempts == 0:
+            job.started_at = None  # it never started: the next build's claim stamps it
+        if job.status == JobStatus.cancelling:
+            transition(session, job, JobStatus.cancelled, f"job cancelled ({message})", data=data)
+        else:
+            transition(
+                session,
+                job,
+                JobStatus.queued,
+                f"{message}; {REFUSAL_WORDS}, no attempt spent",
+                level="warning",
+                data=data,
+            )
+        return job.status
 
 
 # The words of a resource hand-back's event, which the hand-backs are counted by.

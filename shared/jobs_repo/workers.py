@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, inspect, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
-from shared.core.tables import ACTIVE_STATUSES, Job, Worker, WorkerState, utcnow
+from shared.core.tables import ACTIVE_STATUSES, Job, Worker, WorkerBuild, WorkerState, utcnow
 
 # A worker that has not heartbeated for this long is gone from GET /v1/workers (and its row deleted).
 WORKER_RETENTION_S = 24 * 3600.0
@@ -25,9 +26,14 @@ def register_worker(
     pid: int,
     devices: Sequence[str] = (),
     version: str | None = None,
+    build: dict[str, Any] | None = None,
 ) -> None:
+    """The worker's row; with `build` (shared/core/build.py build_record), its build's row too, once
+    per build: what GET /v1/workers says the worker supports."""
     now = utcnow()
     with write(session):
+        if build is not None and _has_builds_table(session):
+            _insert_ignore(session, {**build, "first_seen_at": now})
         session.merge(
             Worker(
                 id=worker_id,
@@ -40,6 +46,18 @@ def register_worker(
                 last_heartbeat_at=now,
             )
         )
+
+
+def _has_builds_table(session: Session) -> bool:
+    # A schema before 0014 (a fleet mid-upgrade: the previous schema under this build): no row.
+    return inspect(session.connection()).has_table(WorkerBuild.__tablename__)
+
+
+def _insert_ignore(session: Session, row: dict[str, Any]) -> None:
+    """The build's row unless it is there (the same build's workers all write the same row)."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    session.execute(insert(WorkerBuild).values(row).on_conflict_do_nothing(index_elements=["build"]))
 
 
 def touch_worker(session: Session, *, worker_id: str, state: WorkerState | None = None) -> None:
@@ -75,6 +93,24 @@ def prune_workers(session: Session, *, now: datetime | None = None) -> int:
     return len(deleted)
 
 
+def _builds(session: Session, versions: set[str | None]) -> dict[str, dict[str, Any]]:
+    """The builds the workers' versions name ("0.2.0+<build>"), by version."""
+    wanted = {v.partition("+")[2]: v for v in versions if v and "+" in v}
+    if not wanted:
+        return {}
+    rows = session.scalars(select(WorkerBuild).where(WorkerBuild.build.in_(list(wanted))))
+    return {
+        wanted[row.build]: {
+            "version": row.version,
+            "build": row.build,
+            "commit": row.commit,
+            "schema_head": row.schema_head,
+            "spec_fields": list(row.spec_fields or []),
+        }
+        for row in rows
+    }
+
+
 @dataclass(frozen=True)
 class WorkerView:
     """A worker as GET /v1/workers shows it: state "gone" when it stopped heartbeating for a lease
@@ -90,6 +126,9 @@ class WorkerView:
     last_heartbeat_at: datetime
     stopped_at: datetime | None
     jobs: list[dict[str, Any]]
+    # Its build (release, build hash, commit, schema head, supported spec fields), or None for a
+    # worker of a build before builds were recorded.
+    build: dict[str, Any] | None = None
 
 
 def list_workers(
@@ -113,6 +152,7 @@ def list_workers(
         if owner is not None:
             query = query.where(Job.owner == owner)
         held = session.execute(query).all()
+        builds = _builds(session, {w.version for w in workers})
     jobs: dict[str, list[dict[str, Any]]] = {}
     for worker_id, job_id, attempt, status, devices in held:
         jobs.setdefault(worker_id or "", []).append(
@@ -135,6 +175,7 @@ def list_workers(
                 last_heartbeat_at=w.last_heartbeat_at,
                 stopped_at=w.stopped_at,
                 jobs=jobs.get(w.id, []),
+                build=builds.get(w.version or ""),
             )
         )
     return views
