@@ -12,8 +12,15 @@ waits for that upload (and declares it) before it starts its own. Waiting, not s
 would silently change which steps are resumable and which one `save_total_limit` and the best
 checkpoint refer to, and a save interval shorter than an upload is a configuration the waiting
 makes visible (the steps/s fall) rather than one that quietly saves less. So the local disk holds at
-most one checkpoint beyond what rotation keeps, and memory holds one upload's parts
+most three checkpoints (the newest declared, the one uploading, the one being written: older local
+copies go once a newer one is declared, JobStorage.prune_local), and memory holds one upload's parts
 (shared/core/storage.py PART_BYTES).
+
+What a crash costs with an object store: the steps since the newest *declared* checkpoint, so up to
+one save interval plus the steps trained while the newest one uploaded (under two intervals, as the
+next save waits for the upload). Making every save wait for its own upload would bring that to one
+interval at the cost of the overlap on every save of every job; docs/operators/fleet-guarantees.md
+states the bound per store and why.
 
 Failures: an upload that fails (the store away for longer than GLUEJOBS_STORAGE_RETRY_S, or a
 checkpoint an attempt that lost its lease already wrote) is never declared; its error is raised on

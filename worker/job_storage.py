@@ -10,7 +10,8 @@ worker trains in a folder of its own disk and the store holds what counts:
   checkpoint the store holds whole, fetched into its own folder; the store's folders nobody declared
   are removed, as the local ones are.
 - Rotation (save_total_limit) is decided on the store's checkpoints and removes the doomed ones in
-  both places, so the local folder never holds more than the job's limit either.
+  both places; besides, once a checkpoint is declared the local copies older than it go
+  (`prune_local`), so the local folder holds at most three checkpoints whatever the limit.
 - The final model, tokenizer, predictions, GLUE submission files and tracker files are uploaded
   before the job's process says it succeeded; each attempt's log is copied while it runs (best
   effort, between heartbeats) and once more when it ends; then the local folder goes.

@@ -113,16 +113,15 @@ def read_job_artifact(
         raise NotFound(f"job {job.id} has no artifact {quote(path)}", field="path")
     name = PurePosixPath(path).name
     if not principal.is_admin and _is_log(path):
-        with folder.open(path) as handle:
-            text = handle.read().decode("utf-8", errors="replace")
+        text = folder.read(path).decode("utf-8", errors="replace")  # one retried request
         return Response(log_for_user(settings, job, text), media_type="text/plain; charset=utf-8")
     if isinstance(folder, LocalFolder):
         target = folder.path(path)
         media_type = "application/json" if target.suffix == ".json" else None
         return FileResponse(target, media_type=media_type, filename=None if media_type else target.name)
     if name.endswith(".json") and not settings.storage_presign_s:
-        with folder.open(path) as handle:  # JSON files as JSON, as from the local folder
-            return Response(handle.read(), media_type="application/json")
+        # JSON files as JSON, as from the local folder; read in one retried request.
+        return Response(folder.read(path), media_type="application/json")
     return stored_download(store, settings, job_key(job.id, PurePosixPath(path).as_posix()), name)
 
 

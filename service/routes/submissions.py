@@ -58,8 +58,7 @@ def _read(folder: JobFolder, name: str) -> bytes | None:
     """A file at the top of a job's folder (a GLUE submission file), or None."""
     if folder.kind(name) != "file":
         return None
-    with folder.open(name) as handle:
-        return handle.read()
+    return folder.read(name)  # one retried request: never a file object's reads outside the retry
 
 
 @router.get(
