@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas.jobs import WorkersPublic
+from service.schemas.workers import WorkersPublic
 from shared import jobs_repo
 
 router = APIRouter(prefix="/workers", tags=["workers"])
@@ -20,7 +20,8 @@ router = APIRouter(prefix="/workers", tags=["workers"])
 
 @router.get("", response_model=WorkersPublic)
 def read_workers(session: SessionDep, settings: SettingsDep, principal: PrincipalDep) -> dict[str, Any]:
-    """Workers heard from in the last day, newest first: host, pid, devices, version, state (idle,
+    """Workers heard from in the last day, newest first: host, pid, devices, version (release+build),
+    build (release, code hash, commit, schema head and the spec fields it supports), state (idle,
     busy, draining, stopped, or gone once a lease passed without a heartbeat) and current jobs."""
     workers = jobs_repo.list_workers(session, lease_s=settings.lease_s, owner=principal.owner_filter)
     return {"data": workers}
