@@ -144,3 +144,38 @@ def test_readiness_words_follow_the_last_round_trip_and_what_still_warms(db_url:
         finally:
             outage.close()
     watch.db.dispose()
+
+
+def test_a_probe_that_gives_up_before_its_answer_is_one_info_line_not_a_traceback(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load balancer's probe that times out closes its socket before the answer: the worker's
+    health port logs one INFO line, and socketserver's traceback never reaches stderr (issue 34)."""
+    import socket
+    import struct
+    import threading
+
+    from worker.health import HealthServer
+
+    answered = threading.Event()
+
+    def slow_status() -> dict[str, Any]:
+        answered.wait(0.2)  # the probe is gone by the time the answer is written
+        return {"state": "idle"}
+
+    server = HealthServer(0, slow_status, host="127.0.0.1").start()
+    caplog.set_level("INFO", logger="worker.health")
+    try:
+        for _ in range(10):
+            with socket.create_connection(("127.0.0.1", server.port)) as probe:
+                probe.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+                # SO_LINGER 0: the close is a reset, so the server's write fails as a real timeout's does
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        wait_for(lambda: sum("left before its answer" in r.getMessage() for r in caplog.records) >= 10, 10)
+        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz").status_code == 200
+    finally:
+        server.stop()
+    left = [r for r in caplog.records if "left before its answer" in r.getMessage()]
+    assert {r.levelname for r in left} == {"INFO"} and not any(r.exc_info for r in left)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "ConnectionResetError" not in err, err

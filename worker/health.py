@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -120,6 +121,19 @@ def readiness(body: dict[str, Any], database: DatabaseWatch | None, warming: str
     return {**body, "status": "ok"}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A probe that gives up before its answer (a load balancer's timeout, `curl -m`) is normal client
+    behaviour: one INFO line, not socketserver's traceback on stderr (issue 34 item 5). Anything else
+    still goes to the log with its traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        failure = sys.exc_info()[1]
+        if isinstance(failure, ConnectionError):  # BrokenPipeError, ConnectionResetError, ...
+            logger.info("health: a probe from %s left before its answer", client_address[0])
+            return
+        logger.exception("health: a probe from %s failed", client_address[0])
+
+
 class HealthServer:
     def __init__(
         self,
@@ -163,7 +177,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug("health: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _QuietServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="gluejobs-health", daemon=True
