@@ -246,3 +246,45 @@ def test_a_worker_row_names_its_build_and_what_it_supports(db: Database) -> None
     assert views["a"].build == views["b"].build == record
     assert views["a"].version == f"0.2.0+{build.build_hash()}" and views["before"].build is None
     assert "text_column" in record["spec_fields"] and len(build.build_hash()) == 12
+
+
+def test_a_job_no_running_build_supports_says_what_it_waits_for(db: Database) -> None:
+    from shared.queue.fair_share import ClaimPolicy
+    from shared.queue.wait_reasons import waiting_for
+
+    older = build.build_record(known_fields() - {"keep_labels", "text_column"}, "0013")
+    older = {**older, "build": "0123456789ab"}
+    with db.session() as session:
+        jobs_repo.register_worker(
+            session,
+            worker_id="old",
+            host="h",
+            pid=1,
+            devices=["cpu0"],
+            version="0.2.0+0123456789ab",
+            build=older,
+        )
+        uses = jobs_repo.create_job(session, spec=_spec(keep_labels=["x"], text_column="review")).id
+        leaves_off = jobs_repo.create_job(session, spec=_spec()).id
+        jobs = [jobs_repo.get_job(session, job_id=i) for i in (uses, leaves_off)]
+        reasons = waiting_for(session, jobs, ClaimPolicy())
+    assert reasons == {
+        uses: {
+            "reason": "build",
+            "message": "uses keep_labels, text_column, which no running worker's build supports: it waits "
+            "for a worker of a build that does (upgrade the workers)",
+        }
+    }
+    # A worker of a build that supports them: nothing to wait for but the queue.
+    with db.session() as session:
+        jobs_repo.register_worker(
+            session,
+            worker_id="new",
+            host="h",
+            pid=2,
+            devices=["cpu0"],
+            version=build.version_string(),
+            build=build.build_record(known_fields(), "0014"),
+        )
+        jobs = [jobs_repo.get_job(session, job_id=i) for i in (uses, leaves_off)]
+        assert waiting_for(session, jobs, ClaimPolicy()) == {}

@@ -5,7 +5,9 @@ None unless the job is queued and held back; else a reason and a sentence:
 - quota: its owner holds max_devices (with this job, more), or used max_device_hours_per_day;
 - reservation: it has reserved a worker and waits for that worker's devices to free up, or it
   would fit only on a worker that another job has reserved;
-- devices: it needs more devices than any worker has (or has free), or no worker is running.
+- devices: it needs more devices than any worker has (or has free), or no worker is running;
+- build: its spec uses a field that no running worker's build supports (each would hand it back
+  untouched: shared/jobspec/capability.py), so it waits for a worker of a build that does.
 A job merely behind others in the queue waits for nothing in particular: None.
 
 Computed for a whole page at once, in a fixed number of queries (owners' holdings and rows, workers
@@ -23,7 +25,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared.core.db import read
-from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Job, JobStatus, Worker, utcnow
+from shared.core.tables import (
+    ACTIVE_STATUSES,
+    LIVE_WORKER_STATES,
+    Job,
+    JobStatus,
+    Worker,
+    WorkerBuild,
+    utcnow,
+)
+from shared.jobspec.capability import is_off
 from shared.queue.fair_share import ClaimPolicy
 from shared.queue.quotas import device_hours_24h, devices_held, effective_quota, owner_rows, quota_hold
 
@@ -39,6 +50,9 @@ class Fleet:
     held: dict[str, int]
     hours: dict[str, float]
     owners: dict[str, Any]
+    # The spec fields each live worker's build supports; None when a worker's build is not on record
+    # (a build from before builds were recorded: what it supports cannot be told).
+    builds: list[frozenset[str]] | None = None
 
 
 def waiting_for(
@@ -62,13 +76,14 @@ def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetim
     alive = now - timedelta(seconds=policy.lease_s)
     with read(session):
         workers = session.execute(
-            select(Worker.id, Worker.devices).where(
+            select(Worker.id, Worker.devices, Worker.version).where(
                 Worker.state.in_(LIVE_WORKER_STATES),
                 Worker.stopped_at.is_(None),
                 Worker.last_heartbeat_at >= alive,
             )
         ).all()
-        ids = [worker_id for worker_id, _ in workers]
+        ids = [worker_id for worker_id, _, _ in workers]
+        builds = _builds(session, [version for _, _, version in workers])
         busy = dict(
             session.execute(
                 select(Job.worker_id, func.sum(Job.num_processes))
@@ -88,17 +103,34 @@ def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetim
             row.max_device_hours_per_day is not None for row in rows.values()
         )
         fleet = Fleet(
-            total={worker_id: len(devices or []) for worker_id, devices in workers},
+            total={worker_id: len(devices or []) for worker_id, devices, _ in workers},
             free={
                 worker_id: len(devices or []) - int(busy.get(worker_id) or 0)
-                for worker_id, devices in workers
+                for worker_id, devices, _ in workers
             },
             reserved={str(worker): int(job) for worker, job in reserved.items()},
             held=devices_held(session, owners),
             hours=device_hours_24h(session, owners, now=now) if limited else {},
             owners=rows,
+            builds=builds,
         )
     return fleet
+
+
+def _builds(session: Session, versions: list[str | None]) -> list[frozenset[str]] | None:
+    """The spec fields of each build the live workers run ("0.2.0+<build>"), or None when one is not
+    on record."""
+    if not all(version and "+" in version for version in versions):
+        return None
+    hashes = {str(version).partition("+")[2] for version in versions}
+    known = dict(
+        session.execute(
+            select(WorkerBuild.build, WorkerBuild.spec_fields).where(WorkerBuild.build.in_(hashes))
+        ).all()
+    )
+    if set(known) != hashes:
+        return None
+    return [frozenset(fields or []) for fields in known.values()]
 
 
 def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple[str, str] | None:
@@ -114,6 +146,13 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
         return "reservation", f"reserved worker {mine}; starts there once {need} of its devices are free"
     if not fleet.total:
         return "devices", f"needs {_devices(need)}; no worker is running"
+    unsupported = _unsupported(job, fleet)
+    if unsupported:
+        return (
+            "build",
+            f"uses {', '.join(unsupported)}, which no running worker's build supports: it waits for a "
+            "worker of a build that does (upgrade the workers)",
+        )
     if max(fleet.total.values()) < need:
         return "devices", f"needs {_devices(need)}; no worker has that many"
     open_free = [free for worker, free in fleet.free.items() if worker not in fleet.reserved]
@@ -128,6 +167,19 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
     if need > 1:
         return "devices", f"needs {_devices(need)}; no worker has that many free"
     return None
+
+
+def _unsupported(job: Job, fleet: Fleet) -> list[str]:
+    """The fields the job uses that the live builds lack (those of the build that lacks fewest), or
+    nothing when some build supports them all or the builds are not all on record."""
+    if not fleet.builds:
+        return []
+    used = {name for name, value in (job.spec or {}).items() if not is_off(value)}
+    lacking: list[set[str]] = [set(used - fields) for fields in fleet.builds]
+    if any(not missing for missing in lacking):
+        return []
+    fewest: set[str] = min(lacking, key=len)
+    return sorted(fewest)
 
 
 def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> str | None:
