@@ -187,6 +187,39 @@ def test_a_pax_sparse_member_counts_at_its_real_size(
     refused(client_local, keyed_local, out.read_bytes(), 413, "GLUEJOBS_MAX_MODEL_BYTES")
 
 
+def _long_header(kind: bytes, size: int) -> bytes:
+    """A GNU long-name or PAX header of `size` bytes (a name of 'a's, or one comment record), then the
+    small member it describes: what tarfile would read whole into the API's memory."""
+    if kind == tarfile.XHDTYPE:
+        record = b" comment=" + b"c" * (size - 20) + b"\n"
+        length = len(record) + len(str(len(record)))  # a PAX record's length counts its own digits
+        length = len(record) + len(str(length))
+        data = b"%d" % length + record
+    else:
+        data = b"a" * (size - 1) + b"\0"
+    head = member("././@LongLink" if kind != tarfile.XHDTYPE else "PaxHeaders/x", kind)
+    head.size = len(data)
+    small = member("extra.json")
+    small.size = 2
+    return (
+        head.tobuf(tarfile.USTAR_FORMAT) + data + bytes(-len(data) % tarfile.BLOCKSIZE)
+        + small.tobuf(tarfile.USTAR_FORMAT) + b"{}" + bytes(tarfile.BLOCKSIZE - 2)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE], ids=["gnu-long-name", "pax"])
+def test_a_member_header_past_its_cap_is_refused_before_tarfile_reads_it(
+    client_local: TestClient, keyed_local: Settings, tiny: Path, kind: bytes
+) -> None:
+    """Issue 32's re-test: a 200 MB long name or PAX record made the API hold 800 MB and stalled
+    /healthz 1.4-4.9 s while tarfile parsed it; now a header past 1 MiB is a 422 before it is read."""
+    tar = _long_header(kind, 2 * 1024 * 1024) + packed(tiny)
+    refused(client_local, keyed_local, tar, 422, "PAX header", "1048576")
+    # A header a tool writes stays well within the cap: a PAX comment of 64 KiB registers.
+    within = upload(client_local, _long_header(tarfile.XHDTYPE, 64 * 1024) + packed(tiny), name="within")
+    assert within.status_code == 201, within.text
+
+
 def test_a_large_tokenizer_file_is_refused(
     client_local: TestClient, keyed_local: Settings, tiny: Path, tmp_path: Path
 ) -> None:

@@ -43,6 +43,12 @@ MAX_PART_BYTES = 255
 # largest, is 17 MB.
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE
+# A GNU long name or link and a PAX header are read whole into memory and parsed by tarfile before any
+# check here sees their member: a 200 MB long name or PAX record of a 200 MB upload made the API hold
+# 800 MB and kept /healthz from another client waiting 1.4-4.9 s (issue 32's re-test). A name is at
+# most MAX_NAME_CHARS and a real folder's PAX header a few hundred bytes (GNU's 0.0 sparse map of a
+# fragmented file some KB), so 1 MiB refuses no folder a tool writes.
+MAX_HEADER_BYTES = 1024 * 1024
 # What transformers reads from a model folder (sentence-transformers' module folders add JSON files).
 ALLOWED_SUFFIXES = (".json", ".txt", ".model", ".safetensors", ".bin", ".tiktoken", ".md")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -64,6 +70,28 @@ class ModelTooLarge(GluejobsError):
     code = "request_too_large"
 
 
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile's member header, refusing a long name, long link or PAX header past MAX_HEADER_BYTES
+    before tarfile reads it (its _proc_* hooks are how TarFile(tarinfo=...) customises parsing)."""
+
+    def _proc_gnulong(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        _check_header_size(self)
+        return super()._proc_gnulong(archive)  # type: ignore[misc]
+
+    def _proc_pax(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        _check_header_size(self)
+        return super()._proc_pax(archive)  # type: ignore[misc]
+
+
+def _check_header_size(header: tarfile.TarInfo) -> None:
+    if header.size > MAX_HEADER_BYTES:
+        raise InvalidRequest(
+            f"the tar is malformed: a member's long name or PAX header declares {header.size} bytes, "
+            f"more than the {MAX_HEADER_BYTES} a model folder's member needs",
+            field=FIELD,
+        )
+
+
 def unpack_model_tar(tar_path: Path, into: Path, *, max_bytes: int) -> list[ManifestFile]:
     """Unpack a model folder's tar into `into` (which must not exist) and return its files' manifest
     entries. InvalidRequest naming the member that may not be in a model folder, or the archive's
@@ -71,7 +99,7 @@ def unpack_model_tar(tar_path: Path, into: Path, *, max_bytes: int) -> list[Mani
     written before every header has been read and checked."""
     try:
         # Uncompressed only: no decompression bomb. Closed by the `with` below.
-        archive = tarfile.open(tar_path, mode="r:")  # noqa: SIM115
+        archive = tarfile.open(tar_path, mode="r:", tarinfo=_BoundedTarInfo)  # noqa: SIM115
     except (tarfile.TarError, OSError, ValueError):  # ValueError: the first member's pax numbers
         raise InvalidRequest(
             "the upload is not an (uncompressed) tar of a model folder (gluejobs models upload makes one)",
