@@ -5,6 +5,7 @@ files and the tokenizer), as Trainer's are. The folders themselves: worker/check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,10 @@ class RunCheckpoints:
         report: MainProcessReporter,
         *,
         keep: int | None,
+        check_room: Callable[[Path], None] = lambda folder: None,
     ) -> None:
         self._accelerator = accelerator
+        self._check_room = check_room  # worker/disk_space.check_room: the floor, before a save
         self._storage = storage
         self._progress = progress
         self._report = report
@@ -67,6 +70,9 @@ class RunCheckpoints:
         if progress.last_save_step == step:
             return
         final = self.path(step)
+        # Below the worker's free-space floor the attempt ends here as no_space (handed back, no attempt
+        # spent), not halfway through a write with a library's words for a short write.
+        self._check_room(self.folder)
         staging = checkpoints.staging_path(final)
         staging.mkdir(parents=True, exist_ok=True)  # every rank writes into it; none may find it missing
         accelerator.wait_for_everyone()

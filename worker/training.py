@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from worker import fast_dropout, outputs, tracking
 from worker.batches import epoch_batches, make_dataloaders, pad_multiple
 from worker.data import RawData, TokenizedData, in_row_order, load_raw_data, tokenize_data
 from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
+from worker.disk_space import check_room
 from worker.glue_metric import compute_plan
 from worker.job_storage import JobStorage
 from worker.meter import LossWindow, Meter
@@ -168,7 +170,14 @@ def _train(
         )
     )
     progress = Progress(schedule.steps_per_epoch, ranking=ranking, greater=spec.greater_is_better)
-    saved = RunCheckpoints(accelerator, storage, progress, report, keep=spec.save_total_limit)
+    saved = RunCheckpoints(
+        accelerator,
+        storage,
+        progress,
+        report,
+        keep=spec.save_total_limit,
+        check_room=partial(check_room, settings),
+    )
     evaluations = {
         split: (loader, eval_orders[split])
         for split, loader in zip(eval_dataloaders, prepared_evals, strict=True)
