@@ -94,6 +94,7 @@ def verified(secret: str, request: Any) -> dict[str, Any]:
         ("ff02::1", "multicast"),
         ("::", "unspecified"),
         ("fec0::1", "site-local"),  # deprecated site-local: 3.11's is_global lets it through
+        ("3fff::1", "documentation"),  # RFC 9637 (2024): newer than 3.11's tables, which call it global
         ("64:ff9b:1::1", "reserved"),  # NAT64 for local use (RFC 8215)
         # IPv6 transition forms: the IPv4 address they carry decides (issue 32).
         ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1

@@ -82,16 +82,22 @@ def embedded_ipv4(address: IPAddress) -> tuple[str, ipaddress.IPv4Address, bool]
     return None
 
 
+# Ranges set aside after Python 3.11's tables were written, which its `is_global` still calls global:
+# 3fff::/20 (RFC 9637, 2024, IPv6 documentation), found by the hostile re-test of issue 32.
+_DOCUMENTATION_SINCE_311 = (ipaddress.ip_network("3fff::/20"),)
+
+
 def _own_rule(address: IPAddress) -> str | None:
     """The rule that refuses `address` itself, or None when it is globally routable. `is_global` is
     the allow-list; the named rules before it only say why (and catch what 3.11's `is_global` misses:
-    multicast, reserved, site-local fec0::/10)."""
+    multicast, reserved, site-local fec0::/10, documentation ranges newer than its tables)."""
     site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
     for rule, refused in (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
         ("site-local", site_local),
+        ("documentation", any(address in network for network in _DOCUMENTATION_SINCE_311)),
         ("multicast", address.is_multicast),
         ("reserved", address.is_reserved),
         ("private", address.is_private),
