@@ -16,10 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from service.bounded_child import ChildFailed, ChildLimits, run_bounded
 from service.dry_run.tokenizer_child import measure
@@ -35,6 +32,11 @@ from shared.jobspec.spec import JobSpec
 from shared.jobspec.tasks import TASKS
 from shared.model_folders.reading import api_model_folder, count, read_config, safetensors_shapes
 from shared.submission.data_checks import DataReport, read_and_check
+
+# numpy and pandas are imported where used: the API imports this module at start and plans only on a
+# dry run's request, so that its start does not pay for their import.
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ def _with_sampled_texts(spec: JobSpec, data: JobData, settings: Settings, scope:
     """An uploaded file's splits are its upload's label tally (shared/jobspec/upload_tally.py), with no texts:
     the token lengths measure its first MAX_TOKENIZED_ROWS rows instead, read from this machine's copy
     (fetched when missing), never the whole file."""
+    import pandas as pd
+
     record_of = {record.sha256: record for record in (spec.uploaded_files or {}).values()}
 
     def sampled(rows: Split | None) -> Split | None:
@@ -212,6 +216,8 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
 
 def _inputs(rows: Split) -> tuple[list[Any], bool]:
     """The texts (or text pairs) to measure, and whether they are a sample of the split's rows."""
+    import numpy as np
+
     # An uploaded file's texts are its first rows already (_with_sampled_texts), fewer than the file's.
     available = len(rows.texts)
     indices = np.arange(available)
@@ -262,6 +268,8 @@ def _measure_in_child(
 def _length_stats(
     raw: np.ndarray, rows: int, sampled: bool, max_length: int, *, first: bool = False
 ) -> dict[str, Any]:
+    import numpy as np
+
     truncated = np.minimum(raw, max_length)
     sample = f"random {len(raw)} of {rows} rows (seed {SAMPLE_SEED})" if sampled else "all rows"
     if first:
@@ -279,6 +287,8 @@ def _length_stats(
 
 def padding_costs(spec: JobSpec, raw_lengths: np.ndarray) -> dict[str, Any]:
     """Tokens per epoch (of the rows measured) under each padding scheme, and how many are padding."""
+    import numpy as np
+
     lengths = np.minimum(raw_lengths, spec.max_length)
     batch = spec.per_device_train_batch_size
     multiple = MIXED_PRECISION_PAD_MULTIPLE if spec.mixed_precision != "no" else 1

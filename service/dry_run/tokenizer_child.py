@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from tokenizers import Tokenizer
 
 
 def measure(path: str, splits: list[tuple[str, list[Any]]]) -> tuple[str, Any]:
     """("measured", {split: each row's token count, untruncated}), or ("unreadable", the exception's type)
     for a tokenizer.json the library cannot load."""
+    # numpy here, not at the top: the API imports this module at start (a dry run names `measure` to
+    # its child) and never measures; the child's forkserver has numpy imported already.
+    import numpy as np
+
     try:
         tokenizer = Tokenizer.from_file(path)
     except Exception as exc:  # the tokenizers library raises its own exception types for a bad file

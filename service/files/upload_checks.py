@@ -20,14 +20,12 @@ decides it over the column.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import InvalidRequest, Problem, quote
 from shared.data.limits import (
@@ -65,6 +63,13 @@ from shared.data.reading import (
 from shared.jobspec.column_mapping import ColumnMapping
 from shared.jobspec.spec import DATA_FILE_SUFFIXES
 from shared.jobspec.tasks import TASKS, GlueTask
+
+# numpy and pandas are imported in the functions that read: the API imports this module at start for
+# its names (PURPOSES, task_of, upload_warnings) and checks uploads in a child whose forkserver has
+# them imported (service/files/check_warmup.py), so that its own start does not pay for them (~1 s).
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 # A piece is about this much of the file (its rows counted from the first MiB's): pandas holds a
 # piece as Python strings, several times its size on disk.
@@ -123,6 +128,8 @@ def check_upload(
     naming the problem when it cannot serve as `purpose` data or is over one of `limits`. `mapping`
     names its text and label columns (shared/jobspec/column_mapping.py), as a job's spec does; the tally
     counts the labels of its label column, and the report keeps the mapping under `columns`."""
+    import pandas as pd
+
     mapping = mapping or ColumnMapping()
     check_mapping(mapping, task)
     if purpose not in PURPOSES:
@@ -204,6 +211,8 @@ def _column_names(frame: pd.DataFrame, where: str) -> list[str]:
 def first_rows(path: Path, rows: int, limits: FileLimits) -> pd.DataFrame:
     """The first `rows` rows of an uploaded file that passed these checks (a dry run's sample of its
     texts): read a piece at a time up to them, not the file."""
+    import pandas as pd
+
     pieces, read = [], 0
     for frame in _pieces(path, path.suffix.lower(), limits, scan=False):
         pieces.append(frame)
@@ -216,6 +225,8 @@ def first_rows(path: Path, rows: int, limits: FileLimits) -> pd.DataFrame:
 def _pieces(path: Path, suffix: str, limits: FileLimits, *, scan: bool = True) -> Iterator[pd.DataFrame]:
     """The file a piece at a time; `scan=False` skips the text scan of the whole file's shape, for a
     file that passed it when it was uploaded."""
+    import pandas as pd
+
     if suffix == ".parquet":
         for group in parquet_row_groups(path, limits):
             for piece in decoded_slices(group, PIECE_BYTES):
@@ -255,6 +266,8 @@ def _json_array_pieces(path: Path, limits: FileLimits) -> Iterator[pd.DataFrame]
 
 
 def _json_frame(records: list[Any], limits: FileLimits) -> pd.DataFrame:
+    import pandas as pd
+
     frame = pd.DataFrame(records)
     _check_json_cells(frame, limits)
     return frame
@@ -263,6 +276,8 @@ def _json_frame(records: list[Any], limits: FileLimits) -> pd.DataFrame:
 def _check_json_cells(frame: pd.DataFrame, limits: FileLimits) -> None:
     """JSON has no cells to scan before parsing: a record's strings are measured once parsed (the
     record itself is at most a row's limit)."""
+    import pandas as pd
+
     for name in frame.columns:
         column = frame[name]
         if column.dtype != object and not pd.api.types.is_string_dtype(column):
@@ -302,11 +317,14 @@ class _Labels:
     # upload reads its tally, not its rows (shared/submission/data_checks.py).
     first_rows: dict[Any, list[int]] = field(default_factory=dict)
     ids: np.ndarray | None = None  # a task's classes: rows per id
-    scores: list[float] = field(default_factory=lambda: [np.inf, -np.inf, 0.0, 0.0])  # min max sum n
+    scores: list[float] = field(default_factory=lambda: [math.inf, -math.inf, 0.0, 0.0])  # min max sum n
     labelled: int = 0
     missing: int = 0
 
     def add(self, table: Table, *, labels_required: bool) -> None:
+        import numpy as np
+        import pandas as pd
+
         if self.task is not None:
             ids = _task_label_ids(table, self.task, labels_required)
             if ids is None:
@@ -335,6 +353,9 @@ class _Labels:
             self._scores(numbers)
 
     def _note_rows(self, table: Table, labels: pd.Series) -> None:
+        import numpy as np
+        import pandas as pd
+
         # One pass over the piece: each value's first few rows (the values already noted in full skip).
         rows = pd.DataFrame({"value": labels.to_numpy(), "row": np.arange(len(labels))})
         for value, row in rows.groupby("value", sort=False).head(STRAY_ROWS_SHOWN).itertuples(index=False):
@@ -360,6 +381,9 @@ class _Labels:
     def _own_labels(self, where: str) -> dict[str, Any]:
         """A job on its own files: ids or names are classes, numbers with a fraction are scores (the
         reading rule's `_numbers_if_numeric`, decided over every distinct value)."""
+        import numpy as np
+        import pandas as pd
+
         values = list(self.counts)
         text = all(isinstance(value, str) for value in values)
         column = _numbers_if_numeric(pd.Series(values, dtype=str)) if text else pd.Series(values)

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+# numpy, like pyarrow, is imported where a file is scanned: the API imports this module at start for
+# FileLimits, so that its start does not pay for numpy's import.
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
     from shared.core.config import Settings
@@ -95,6 +96,8 @@ class FileLimits:
 def check_text_file(path: Path, *, sep: str | None, quoted: bool, limits: FileLimits) -> int:
     """Rows, cells and columns of a text file within `limits` (`sep` None: one record per line); the
     longest row's bytes."""
+    import numpy as np
+
     size = path.stat().st_size
     if size > limits.max_text_bytes:
         raise limits.over(
@@ -125,6 +128,8 @@ class _TextScan:
         self.longest_row = 0
 
     def block(self, data: np.ndarray, offset: int) -> None:
+        import numpy as np
+
         rows = np.flatnonzero(data == _NEWLINE)
         cells = np.flatnonzero(data == self.sep) if self.sep is not None else rows[:0]
         if self.quoted:
@@ -154,6 +159,8 @@ class _TextScan:
             self.rows += len(rows)
 
     def end(self, size: int) -> None:
+        import numpy as np
+
         end = np.array([size], dtype=np.int64)
         if self.sep is not None:
             self._lengths(end, self.cell_start, size, end, cell=True)
@@ -162,6 +169,8 @@ class _TextScan:
     def _lengths(self, ends: np.ndarray, start: int, block_end: int, rows: np.ndarray, *, cell: bool) -> None:
         """Refuse when a span between consecutive `ends` (the first from `start`), or the open one from
         the last end to `block_end`, is over the limit."""
+        import numpy as np
+
         limit = self.limits.max_cell_bytes if cell else self.limits.max_row_bytes
         starts = np.concatenate(([start], ends + 1))
         lengths = np.concatenate((ends, [block_end])) - starts
@@ -301,6 +310,7 @@ def parquet_row_groups(path: Path, limits: FileLimits) -> Iterator[pa.Table]:
     """The row groups of a parquet file, each checked from the metadata and then cell by cell before
     it is handed out; string columns come as dictionary arrays (decode them piece by piece:
     `decoded_slices`)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -344,6 +354,7 @@ def parquet_row_groups(path: Path, limits: FileLimits) -> Iterator[pa.Table]:
 
 def decoded_slices(table: pa.Table, piece_bytes: int) -> Iterator[pa.Table]:
     """`table` in slices of about `piece_bytes` of strings each, dictionary columns decoded."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -446,6 +457,8 @@ def _is_text(kind: pa.DataType, pa: Any) -> bool:
 
 def _cell_lengths(column: pa.ChunkedArray, pa: Any, pc: Any) -> np.ndarray:
     """Each cell's length in bytes (0 for a null), without decoding a dictionary column's cells."""
+    import numpy as np
+
     parts = []
     for chunk in column.chunks:
         if pa.types.is_dictionary(chunk.type):

@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from shared.core.errors import Problem
+
+# pandas is imported where used (word_counts): the API imports this module at start for the warnings
+# of stored checks, which need no pandas, so that its start does not pay for pandas' import.
+if TYPE_CHECKING:
+    import pandas as pd
 
 NEAR_DUPLICATE_RATIO = 0.85  # "postive"/"positive" 0.93; "entailment"/"not_entailment" 0.83 stay apart
 RARE_CLASS_FRACTION = 0.01
@@ -167,6 +171,8 @@ def rows_words(rows: list[int], count: int) -> str:
 def word_counts(texts: pd.DataFrame) -> pd.Series:
     """Whitespace-separated words per row over the text columns, plus the special tokens a row
     gets: a lower bound on its tokens."""
+    import pandas as pd
+
     words = pd.Series(0, index=texts.index, dtype="int64")
     for name in texts.columns:
         # str.split in a comprehension: twice as fast as pandas' str.count(regex), three times str.split

@@ -20,10 +20,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, JobFailed, Problem, shorten
@@ -35,6 +32,13 @@ from shared.jobspec.suggest import did_you_mean
 from shared.jobspec.tasks import TASKS, GlueTask
 from shared.jobspec.upload_tally import StoredUpload, tally_frame
 from shared.jobspec.uploaded_files import cache_path, is_file_id
+
+# numpy and pandas are imported in the functions that use them: the API imports this module at start
+# for its names and types and reads files only later (a job's data checks, a dry run), so that its
+# start does not pay for their import (~1 s of CPU; issue 34 item 4).
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 LABEL = "label"
 HUB_GLUE = "nyu-mll/glue"
@@ -90,6 +94,8 @@ class Table:
 
     def shown(self, value: Any) -> str:
         """A value from the file as the user wrote it (7 or 'maybe', not np.int64(7)), or withheld."""
+        import numpy as np
+
         if not self.quotable:
             return "(value withheld: not your file)"
         # Bounded: a cell can be 100 KB, a message quotes its start.
@@ -366,6 +372,8 @@ def read_frame(
 ) -> pd.DataFrame:
     """A csv/tsv/json/jsonl/parquet file as a frame of text columns (labels as numbers where numeric),
     once its shape is within `limits` (shared/data/limits.py: checked before any cell is decoded)."""
+    import pandas as pd
+
     if path.stat().st_size == 0:  # each reader words this its own way (pyarrow: "file size is 0 bytes")
         raise DataError(f"{where} is empty: it has no header row and no rows", field=field)
     try:
@@ -391,6 +399,8 @@ def read_error(exc: BaseException, path: Path, quotable: bool) -> str:
 
 
 def _read_by_suffix(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return pd.read_parquet(path)
@@ -408,6 +418,8 @@ def _read_by_suffix(path: Path) -> pd.DataFrame:
 
 
 def _read_json(path: Path, *, lines: bool) -> pd.DataFrame:
+    import pandas as pd
+
     # Like the `json` loader of datasets, .json may hold one array of records or JSON lines.
     options: dict[str, Any] = {"dtype": False, "convert_dates": False}
     if lines:
@@ -419,6 +431,8 @@ def _read_json(path: Path, *, lines: bool) -> pd.DataFrame:
 
 
 def _numbers_if_numeric(values: pd.Series) -> pd.Series:
+    import pandas as pd
+
     if values.str.strip().eq("").any():
         return values  # an empty label is reported by the label checks, with its row
     try:
@@ -440,6 +454,8 @@ def file_fingerprint(path: Path) -> str:
 def _own_file_splits(
     files: dict[str, Table], columns: ColumnMapping
 ) -> tuple[Split, dict[str, Split], Split | None, tuple[str, str | None], bool, list[str] | None]:
+    import pandas as pd
+
     train = files.get("train_file")
     if train is None:
         raise DataError("a job without a task_name needs a train_file", field="train_file")
@@ -491,6 +507,8 @@ def _sorted_unique(table: Table, labels: pd.Series) -> list[Any]:
 def _own_label_ids(
     table: Table, mapping: dict[Any, int], is_regression: bool, *, required: bool
 ) -> np.ndarray | None:
+    import numpy as np
+
     if LABEL not in table.frame.columns:
         if required:
             _column(table, LABEL)  # the refusal, naming the columns there are
@@ -513,6 +531,8 @@ def _own_label_ids(
 
 
 def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
+    import numpy as np
+
     _check_scalar_labels(table, labels)
     empty = labels.isna() | labels.astype(str).str.strip().eq("")
     if empty.any():
@@ -522,6 +542,8 @@ def _check_no_empty_labels(table: Table, labels: pd.Series) -> None:
 
 def _check_scalar_labels(table: Table, labels: pd.Series) -> None:
     """A label is a number or a string: a JSON object or list (unhashable) is refused naming the column."""
+    import numpy as np
+
     if labels.dtype != object:
         return
     nested = labels.map(lambda value: isinstance(value, dict | list | tuple | set | np.ndarray))
@@ -580,6 +602,9 @@ def _task_label_ids(table: Table, task: GlueTask, required: bool) -> np.ndarray 
 
 
 def _class_ids(table: Table, labels: pd.Series, names: tuple[str, ...]) -> np.ndarray:
+    import numpy as np
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(labels):
         values = labels.to_numpy(dtype=np.float64)
         ids = np.where(np.isfinite(values) & (values == np.round(values)), values, -1.0)
@@ -608,6 +633,9 @@ def _bad_label_message(table: Table, shown: str, row: int, names: tuple[str, ...
 
 
 def _scores(table: Table, labels: pd.Series) -> np.ndarray:
+    import numpy as np
+    import pandas as pd
+
     scores = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(scores)
     if bad.any():
@@ -646,6 +674,8 @@ def _mapping_hint(table: Table) -> str:
 
 
 def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray | None) -> Split:
+    import pandas as pd
+
     texts = pd.DataFrame({key: _texts(table, key) for key in text_keys if key is not None})
     if table.weights is not None:
         rows = int(table.weights.sum())
@@ -654,6 +684,8 @@ def _split(table: Table, text_keys: tuple[str, str | None], labels: np.ndarray |
 
 
 def _texts(table: Table, key: str) -> pd.Series:
+    import numpy as np
+
     texts = _column(table, key)
     missing = texts.isna()
     if missing.any():
@@ -770,6 +802,8 @@ def _read_tsv_columns(
     header: tuple[str, ...] | None = None,
     field: str | None = None,
 ) -> pd.DataFrame:
+    import pandas as pd
+
     if not path.is_file():
         raise DataError(f"{where} not found: expected it at {glue_path(path)}", field=field)
     options = {**_TSV_OPTIONS, "usecols": lambda column: column in wanted}
@@ -830,6 +864,9 @@ def read_local_test_splits(task: GlueTask, glue_dir: Path) -> dict[str, PredictS
 
 
 def predict_split(name: str, table: Table, task: GlueTask, id_column: str) -> PredictSplit:
+    import numpy as np
+    import pandas as pd
+
     ids = _column(table, id_column).astype(str).str.strip()
     if ids.eq("").any():
         row = int(np.flatnonzero(ids.eq("").to_numpy())[0])

@@ -11,10 +11,13 @@ as they check any file's rows, so a label that does not fit the task is refused 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+# numpy and pandas are imported where used (tally_frame): the API imports this module at start for
+# StoredUpload, so that its start does not pay for their import.
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 LABEL = "label"
 
@@ -30,6 +33,9 @@ class StoredUpload:
 
 def tally_frame(stored: StoredUpload) -> tuple[pd.DataFrame, np.ndarray]:
     """One row per distinct label (text columns empty), and how many of the file's rows each stands for."""
+    import numpy as np
+    import pandas as pd
+
     kind = stored.checks.get("labels")
     labels: pd.Series | None = None
     if kind == "classes":
@@ -55,6 +61,8 @@ def tally_frame(stored: StoredUpload) -> tuple[pd.DataFrame, np.ndarray]:
 
 def _as_written(values: list[str]) -> pd.Series:
     """Labels as the tally keeps them (text), numbers again where they all are (as a file's read)."""
+    import pandas as pd
+
     text = pd.Series(values, dtype=object)
     numbers = pd.to_numeric(text, errors="coerce")
     if len(values) and numbers.notna().all():

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, Problem
 from shared.data.quality_warnings import (
@@ -58,6 +56,9 @@ from shared.jobspec.spec import IntervalStrategy, JobSpec
 from shared.jobspec.suggest import near_matches
 from shared.jobspec.tasks import TASKS
 from shared.jobspec.uploaded_files import is_file_id
+
+# numpy is imported in the functions that use it: the API imports this module at start and reads a
+# job's data only on its request, so that its start does not pay for numpy's import.
 
 CACHED_REPORTS = 256
 # A label is a likely typo of another when it is this much rarer than a near-identical one
@@ -261,6 +262,8 @@ def stray_labels(spec: JobSpec, data: JobData, scope: DataScope) -> list[Problem
     the spec's keep_labels names it: it would train as a class of its own, and the head would grow one.
     A task's labels are fixed, so there a stray value does not fit the task and reading refuses it;
     labels of a file the caller does not own are not quoted (nor refused: its owner is told)."""
+    import numpy as np
+
     train = data.train
     if spec.task_name is not None or train is None or train.labels is None or data.is_regression:
         return []
@@ -293,6 +296,8 @@ def stray_labels(spec: JobSpec, data: JobData, scope: DataScope) -> list[Problem
 def _label_rows(spec: JobSpec, train: Split, label_id: int, label: str, scope: DataScope) -> list[int]:
     """The first rows (numbered as in the file) holding a label: from the rows read, or, for an
     uploaded file read as its tally, from what its upload's check noted."""
+    import numpy as np
+
     if train.weights is None:
         at = np.flatnonzero(train.labels == label_id)[:STRAY_ROWS_SHOWN]
         return [int(train.table.row_number(int(i))) for i in at]
@@ -370,6 +375,8 @@ def label_typos(train: Split | None, report: SplitReport | None) -> list[str]:
 
 
 def _split_report(rows: Split, data: JobData) -> SplitReport:
+    import numpy as np
+
     counts: dict[str, int] | None = None
     scores: dict[str, float] | None = None
     # An uploaded file's split is its upload's tally: each label weighed by its rows.
