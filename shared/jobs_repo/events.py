@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from shared.core.lifecycle import Source, check_move
 from shared.core.tables import Job, JobEvent, JobStatus, utcnow
 from shared.jobs_repo.streams import notify_rows
 from shared.webhooks.events import job_finished
@@ -29,6 +30,7 @@ def transition(
     data: dict[str, Any] | None = None,
     attempt: int | None = None,
     locked: bool = False,
+    moved_from: Source | None = None,
 ) -> None:
     """Move `job` (locked by the caller, inside its write transaction) to status `to`, and write the
     state event that says so (the live stream and the clients read the status from it). Every
@@ -36,7 +38,13 @@ def transition(
     calls this for the event. A finished job gets its finished_at, and its webhook events are queued
     in the same transaction (shared/webhooks), so that none is lost. `locked`: the caller's own
     statement took the row lock this transaction (the claim's UPDATE, finish_job's SELECT … FOR
-    UPDATE), so the event need not ask for it again (one round trip fewer per claim and per end)."""
+    UPDATE), so the event need not ask for it again (one round trip fewer per claim and per end).
+
+    A move that the job's lifecycle (shared/core/lifecycle.py) does not have raises
+    IllegalTransition, before anything is written. `moved_from`: the status the caller's own
+    statement already moved the job from (the claim's UPDATE: queued; a job just created: NEW);
+    by default the job's status as it is."""
+    check_move(job.id, job.status if moved_from is None else moved_from, to)
     job.status = to
     if to.is_terminal:
         job.finished_at = now or utcnow()

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
 from shared.core.errors import Conflict, NotFound
+from shared.core.lifecycle import NEW
 from shared.core.ownership import _newest_first, _owned
 from shared.core.tables import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
 from shared.jobs_repo.events import transition
@@ -76,7 +77,7 @@ def _add_job(
     link_files(session, job=job, uploaded=spec.get("uploaded_files") or {})
     link_model(session, job=job, registered=spec.get("registered_model"))
     message = "job queued" if rerun_of is None else f"job queued (a rerun of job {rerun_of})"
-    transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")))
+    transition(session, job, JobStatus.queued, message, data=_by(new.get("actor")), moved_from=NEW)
     return job
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
 from shared.core.db_retries import retry_delay_s
+from shared.core.lifecycle import IllegalTransition, check_move
 from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobEvent, JobStatus, Worker, utcnow
 from shared.jobs_repo.claims import Claim, current_job, held_by
 from shared.jobs_repo.events import STATE, transition
@@ -157,6 +158,7 @@ def _claim_first(
                 data={"worker_id": worker_id, "attempt": job.attempts},
                 attempt=job.attempts,
                 locked=True,  # the UPDATE above holds the row
+                moved_from=JobStatus.queued,  # which the UPDATE's WHERE required
             )
     return job
 
@@ -207,11 +209,16 @@ def finish_job(
     result: dict[str, Any] | None = None,
     error_code: ErrorCode | None = None,
 ) -> bool:
-    """Record a job's outcome; False when the worker had lost the job (its lease expired)."""
+    """Record a job's outcome (a finished status); False when the worker had lost the job (its
+    lease expired). A move the lifecycle lacks (a status that is not an outcome; `failed` while
+    cancelling, where a cancel wins: fail_job) is IllegalTransition, with nothing written."""
+    if not status.is_terminal:
+        raise IllegalTransition(f"job {claim.job_id}: {status} is not an outcome finish_job records")
     with write(session):
         job = current_job(session, claim)
         if job is None:
             return False
+        check_move(job.id, job.status, status)  # before the row's fields change
         pruned = status == JobStatus.cancelled and job.error_code == ErrorCode.pruned
         if pruned:  # a search's pruner stopped it: it keeps saying so (jobs_repo.prune_job)
             error, error_code = job.error, ErrorCode.pruned
