@@ -3,7 +3,8 @@
 `mkdocs build --strict` fails on a broken link, an anchor no page has, a page outside the nav, and a
 failing hook; CI runs `make test` only, so the suite builds the site (into a temporary folder). The API
 reference is generated from the app's OpenAPI schema by docs/hooks/openapi.py: every operation of the
-schema must be on the page. The configuration page must name every setting `Settings` reads.
+schema must be on the page. The configuration page must name every setting `Settings` reads, and the
+job-spec page every field of JobSpec.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from shared.core.config import Settings
+from shared.jobspec.spec import JobSpec
 from tests.kit import REPO
 
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -57,3 +59,17 @@ def test_the_configuration_page_names_every_setting() -> None:
         if f"`GLUEJOBS_{name.upper()}`" not in page
     ]
     assert not missing, f"settings docs/operators/configuration.md does not name: {missing}"
+
+
+def test_the_job_spec_page_names_every_spec_field() -> None:
+    """A field added to JobSpec is documented in docs/users/job-spec.md (docs/contributing.md, "Add a
+    spec field"): its name, or one of its aliases, in backticks."""
+    page = (REPO / "docs" / "users" / "job-spec.md").read_text()
+    missing = []
+    for name, info in JobSpec.model_fields.items():
+        choices = getattr(info.validation_alias, "choices", [])
+        names = [name, *(choice for choice in choices if isinstance(choice, str))]
+        if not any(f"`{each}`" in page for each in names):
+            missing.append(name)
+    assert len(JobSpec.model_fields) > 60  # the spec's fields, not an empty model
+    assert not missing, f"spec fields docs/users/job-spec.md does not name: {missing}"
