@@ -4,6 +4,7 @@ processes, for this tree and a baseline revision, turns interleaved in the same 
 tree's start goes (python -X importtime, and cProfile of create_app and the lifespan's start).
 
     .venv/bin/python bench/api_startup.py [--baseline REV] [--runs N] [--busy 2]
+    .venv/bin/python bench/api_startup.py --imports   # the lazy imports' change alone (IMPORT_FILES)
 
 The baseline is a copy of this working tree with the start-up's files (START_FILES) as they were at
 REV, run with this interpreter from its own folder (so its `service` package is the one imported).
@@ -40,6 +41,21 @@ START_FILES = [
     "service/routes/health.py",
     "shared/core/release.py",
     "shared/core/migrate.py",
+]
+# The modules that import pandas, pyarrow, numpy and Optuna where they read (a request, a child), not
+# at the API's start, and the commit before that change: `--imports` compares with them as they were.
+IMPORTS_BASELINE = "7f035c7"
+IMPORT_FILES = [
+    "service/dry_run/plan.py",
+    "service/dry_run/tokenizer_child.py",
+    "service/files/upload_checks.py",
+    "service/research/baselines.py",
+    "shared/data/limits.py",
+    "shared/data/quality_warnings.py",
+    "shared/data/reading.py",
+    "shared/jobspec/upload_tally.py",
+    "shared/searches/optimizer.py",
+    "shared/submission/data_checks.py",
 ]
 
 
@@ -181,10 +197,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=DEFAULT_BASELINE)
     parser.add_argument("--files", nargs="+", default=START_FILES, help="the files taken from the baseline")
+    parser.add_argument(
+        "--imports", action="store_true", help=f"baseline {IMPORTS_BASELINE} with IMPORT_FILES as they were"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--busy", type=int, default=2, help="busy-loop processes for the loaded case")
     parser.add_argument("--top", type=int, default=14)
     args = parser.parse_args()
+    if args.imports:
+        args.baseline, args.files = IMPORTS_BASELINE, IMPORT_FILES
     with tempfile.TemporaryDirectory(prefix="api-startup-") as scratch:
         work = Path(scratch)
         before = baseline_tree(args.baseline, args.files, work / "baseline-tree")
