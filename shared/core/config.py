@@ -385,8 +385,9 @@ class Settings(BaseSettings):
         ge=0,
         le=60,
         description="At submission, a Hub model id that is not in the Hub cache (HF_HUB_CACHE) is looked up "
-        "on the Hub (HF_ENDPOINT) for at most this long; 0, HF_HUB_OFFLINE=1 or no network: the job is "
-        "accepted with a warning that its model could not be checked",
+        "on the Hub (HF_ENDPOINT) for at most this long; 0 or no network: the job is accepted with a "
+        "warning that its model could not be checked; HF_HUB_OFFLINE=1 (offline by configuration): "
+        "refused, naming the model",
     )
 
     # --- webhooks (shared/webhooks, service/background/webhook_dispatcher.py)
