@@ -3,8 +3,8 @@
 # nothing editable: what runs is what `pip install` gives a machine):
 #   docker build --target api -t gluejobs-api .        the API (`gluejobs-server`): no torch, ~200 MB
 #   docker build --target worker -t gluejobs-worker .  the training stack (CUDA torch by default)
-# A CPU-only worker:
-#   docker build --target worker --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu .
+# A CPU-only worker: torch from your mirror's copy of PyTorch's CPU index (docs/operators/install.md):
+#   docker build --target worker --build-arg TORCH_INDEX_URL="$CPU_TORCH_INDEX" .
 # They share no disk when GLUEJOBS_STORAGE_URL names an S3-compatible store (docker-compose.yml runs
 # MinIO); without it, mount the same /data in both (the local folder GLUEJOBS_ARTIFACTS_DIR).
 
