@@ -142,19 +142,28 @@ def write_rows(path: Path, labels: list[str]) -> None:
     ("rare", "frequent"),
     [pytest.param("postive", "positive", id="issue-typo"), pytest.param("Negative", "negative", id="case")],
 )
-def test_a_rare_label_beside_a_near_identical_one_is_a_warning(
+def test_a_rare_label_beside_a_near_identical_one_is_refused_unless_kept(
     client: TestClient, settings: Settings, rare: str, frequent: str
 ) -> None:
+    """A stray label is a problem named with its row and near match, on submit and in the dry run,
+    before any training (issue 35); `keep_labels` says it is a class of its own, with a warning."""
     write_rows(settings.data_dir / "train.csv", ["positive", "negative"] * 15 + [rare])
     write_rows(settings.data_dir / "dev.csv", ["positive", "negative"] * 3)
     spec = {"model_name_or_path": "tiny-bert", "train_file": "train.csv", "validation_file": "dev.csv"}
 
-    job = created(client, spec)
-    plan = created(client, spec, dry_run=True)
+    for params in ({}, {"dry_run": "true"}):
+        refused = client.post("/v1/jobs", params=params, json={"spec": spec})
+        assert refused.status_code == 422, refused.text
+        message = " ".join(e["message"] for e in refused.json()["error"]["errors"])
+        assert f"label {rare!r} on row 31" in message and repr(frequent) in message, message
+        assert "keep_labels" in message, message
 
-    expected = f"train_file: label {rare!r} (1 row) looks like a typo of {frequent!r} (15 rows)"
-    assert [w for w in job["warnings"] if w.startswith(expected)], job["warnings"]
-    assert [w for w in plan["warnings"] if w.startswith(expected)], plan["warnings"]
+    kept = {**spec, "keep_labels": [rare]}
+    job = created(client, kept)
+    plan = created(client, kept, dry_run=True)
+
+    assert [w for w in job["warnings"] if rare in w], job["warnings"]
+    assert sorted(plan["data"]["label_names"]) == sorted(["positive", "negative", rare])
     assert client.get(f"/v1/jobs/{job['id']}").json()["warnings"] == job["warnings"]
 
 

@@ -416,6 +416,7 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             # An upload sent again with another mapping is tallied by other columns.
             sorted((sha, repr(stored.checks.get("columns"))) for sha, stored in scope.stored_uploads.items()),
             spec.max_length,  # the long rows' warning
+            sorted(spec.keep_labels or ()),  # a stray label refused, or kept as a class of its own
             str(settings.glue_dir),
             str(settings.data_dir),
             scope.owned_folder,  # what the refusal may quote
