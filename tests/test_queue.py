@@ -263,3 +263,22 @@ def test_migrations_create_exactly_the_models_schema(db: Database) -> None:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
 
     assert differences == []
+
+
+def test_a_backoff_that_just_ended_still_counts_as_a_pending_retry(db: Database) -> None:
+    """--exit-when-idle waits for a job in its retry backoff, and for one whose backoff ended a moment
+    ago (the claim before the end found nothing; the next one takes it), not for one long since due."""
+    from shared.core.tables import Job
+    from shared.jobs_repo.queue import RETRY_GRACE_S
+
+    with db.session() as session:
+        job_id = jobs_repo.create_job(session, spec=SPEC).id
+    answers = []
+    for offset_s in (30.0, -1.0, -(RETRY_GRACE_S + 5)):
+        with db.session() as session, session.begin():
+            job = session.get(Job, job_id)
+            assert job is not None
+            job.not_before = utcnow() + timedelta(seconds=offset_s)
+        with db.session() as session:
+            answers.append(jobs_repo.retry_pending(session, max_processes=1))
+    assert answers == [True, True, False]

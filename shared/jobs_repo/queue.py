@@ -163,10 +163,17 @@ def _claim_first(
     return job
 
 
+# A backoff that ended this recently still counts as pending: the claim that ran a moment before the
+# backoff ended found nothing, and the next loop's claim takes the job (a worker that asked after the
+# end and before that claim once left a job behind, queued, and exited).
+RETRY_GRACE_S = 5.0
+
+
 def retry_pending(session: Session, *, max_processes: int | None = None) -> bool:
-    """Whether a queued job (that fits) waits for its retry backoff: a worker draining the queue
-    (--exit-when-idle) waits for it rather than leave it behind."""
-    query = select(Job.id).where(Job.status == JobStatus.queued, Job.not_before > utcnow())
+    """Whether a queued job (that fits) waits for its retry backoff, or left it a moment ago: a worker
+    draining the queue (--exit-when-idle) waits for it rather than leave it behind."""
+    since = utcnow() - timedelta(seconds=RETRY_GRACE_S)
+    query = select(Job.id).where(Job.status == JobStatus.queued, Job.not_before > since)
     if max_processes is not None:
         query = query.where(Job.num_processes <= max_processes)
     with read(session):
