@@ -59,10 +59,15 @@ def test_log_reads_racing_reuploads_and_an_outage_answer_200_or_503(
         try:
             while not uploaded:
                 time.sleep(0.05)
-            # The store away for a moment, once, while the reads go on.
-            threading.Timer(2.0, s3_endpoint.down).start()
-            threading.Timer(5.0, s3_endpoint.up).start()
+            # The store away for a moment, once, while the reads go on: taken down from this loop after
+            # a few uploads (timers from the first upload once fired after the writer had ended, on a
+            # loaded machine, and no read met the outage).
+            outage: list[threading.Timer] = []
             while writer.is_alive():
+                if not outage and len(uploaded) >= 3:
+                    s3_endpoint.down()
+                    outage.append(threading.Timer(3.0, s3_endpoint.up))
+                    outage[0].start()
                 for params in ({}, {"tail": 3}):
                     answer = api.get(f"/v1/jobs/{job_id}/logs", params=params)
                     answers[answer.status_code] += 1
