@@ -36,6 +36,9 @@ from gluejobs._types import ApiError, Job, Problem, StreamEvent
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 30.0
+# Below the API's keep-alive (GLUEJOBS_KEEP_ALIVE_S, 5 s), so the server never closes a connection
+# this client is about to reuse.
+CLIENT_KEEPALIVE_S = 2.0
 DEFAULT_RETRIES = 4
 # A stream reconnects this many times in a row without an event (about a minute of outage at the
 # backoff's cap), as a browser's EventSource keeps reconnecting: `watch` should outlive a database

@@ -44,6 +44,7 @@ import httpx
 
 from gluejobs._admin import AsyncAudit, AsyncKeys, Audit, Keys
 from gluejobs._core import (
+    CLIENT_KEEPALIVE_S,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -295,8 +296,15 @@ class _BaseClient(Generic[HttpT, TransportT]):
             headers["Authorization"] = f"Bearer {api_key}"
         # Redirects are followed: a download may be sent to a presigned URL of the store (httpx drops
         # the Authorization header when the redirect leaves the API's origin).
+        # An idle connection is dropped here before the API drops it (GLUEJOBS_KEEP_ALIVE_S, 5 s by
+        # default): reusing one the server is closing at that instant loses the request.
         self._http = self._open(
-            transport, base_url=self.base_url, headers=headers, timeout=timeout, follow_redirects=True
+            transport,
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            follow_redirects=True,
+            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
         )
 
     @property

@@ -18,6 +18,7 @@ import httpx
 import uvicorn
 
 from gluejobs import stack
+from gluejobs._core import CLIENT_KEEPALIVE_S
 from gluejobs.stack import free_port, stack_environment
 from service.main import create_app
 from shared.core.config import Settings
@@ -26,6 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Starlette's TestClient names its server "testserver", a Host the API refuses (DNS rebinding): the
 # in-process clients address it as a loopback address does.
 LOOPBACK_URL = "http://127.0.0.1"
+# Idle connections dropped before the API drops them (its keep-alive: 5 s), as the gluejobs client does:
+# a request sent on a connection the server is closing at that instant is lost.
+CLIENT_LIMITS = httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
 
 
 @contextmanager
@@ -46,7 +50,7 @@ def live_api(settings: Settings) -> Iterator[httpx.Client]:
             raise RuntimeError("the API did not start")
         time.sleep(0.05)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, limits=CLIENT_LIMITS) as client:
             yield client
     finally:
         server.should_exit = True
@@ -140,7 +144,7 @@ def api_process(
     settings in its environment: a client for it, and the process (to read its memory)."""
     process, url = start_api(stack_environment(settings), log=log, args=args)
     try:
-        with httpx.Client(base_url=url, timeout=30) as client:
+        with httpx.Client(base_url=url, timeout=30, limits=CLIENT_LIMITS) as client:
             yield client, process
     finally:
         stack.stop(process, grace_s=10)
