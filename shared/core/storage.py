@@ -228,6 +228,22 @@ class Store:
         if tries > 1:
             self._abort_own(key)
 
+    def copy(self, source: str, key: str) -> None:
+        """Copy the object `source` to `key` inside the store, no byte through this process: S3's
+        CopyObject (s3fs's copy; a multipart copy past 5 GB); a local store copies beside the place and
+        renames, so `key` is whole or absent."""
+        if self.is_local:
+            target = Path(self.path(key))
+            partial = f"{target}.{secrets.token_hex(4)}.partial"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.fs.copy(self.path(source), partial)
+                os.replace(partial, target)
+            finally:
+                Path(partial).unlink(missing_ok=True)
+            return
+        self._retrying(f"copy {source} to {key}", lambda: self.fs.copy(self.path(source), self.path(key)))
+
     def _abort_own(self, key: str) -> None:
         """s3fs aborts a multipart upload whose part failed, but its abort is one request, lost when
         the store is away: the cut upload's parts stay in the bucket, unseen and billed. Once a try of
