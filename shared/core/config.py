@@ -289,6 +289,24 @@ class Settings(BaseSettings):
     default_max_device_hours_per_day: float | None = Field(
         default=None, gt=0, description="Device-hours one owner may use in any 24 hours (none: no limit)"
     )
+    default_max_storage_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes one owner may hold in the store (files, models, checkpoints, job outputs; none: "
+        "no limit): uploads past it get 429, and the owner's queued jobs wait until it is under it again",
+    )
+    checkpoint_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="A finished job's checkpoints are removed this many days after it finished, but "
+        "its final model and best checkpoint (none: kept until deleted)",
+    )
+    storage_sweep_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often each API process sizes new checkpoints and finished jobs' outputs for "
+        "the owners' storage tally, finishes deletions a crash cut short and applies the retention",
+    )
     rate_submits_per_minute: int = Field(
         default=120,
         ge=0,
