@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shared import jobs_repo
-from shared.core import build
+from shared.core import build, release
 from shared.core.db import Database
 from shared.core.migrate import upgrade
 from shared.core.tables import JobStatus
@@ -26,6 +26,8 @@ from tests.kit import QUICK_JOB, REPO
 
 NEWEST_FIELD = "keep_labels"
 NEWEST_MIGRATION = "alembic/versions/0014_build_identity.py"
+# The older build's schema head: it lacks 0014 and every migration after it.
+OLDER_HEAD = "0013"
 
 
 def older_build(into: Path) -> Path:
@@ -33,7 +35,9 @@ def older_build(into: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
-    (into / NEWEST_MIGRATION).unlink()
+    for migration in (into / "alembic/versions").glob("0*.py"):
+        if migration.name >= Path(NEWEST_MIGRATION).name:
+            migration.unlink()
     spec = into / "shared/jobspec/spec.py"
     source = spec.read_text()
     start = source.index(f"    {NEWEST_FIELD}: ")
@@ -96,7 +100,10 @@ def test_an_older_build_hands_back_what_it_cannot_run_and_this_build_runs_it(
     assert (this["version"], this["build"]["version"]) == (build.version_string(), "0.2.0")
     assert older["version"] == f"0.2.0+{older['build']['build']}" and older["build"]["commit"] == "older"
     assert NEWEST_FIELD in this["build"]["spec_fields"] and NEWEST_FIELD not in older["build"]["spec_fields"]
-    assert (older["build"]["schema_head"], this["build"]["schema_head"]) == ("0013", "0014")
+    assert (older["build"]["schema_head"], this["build"]["schema_head"]) == (
+        OLDER_HEAD,
+        release.schema_head(),
+    )
     assert refusal.message == (
         f"worker {older['id']} of gluejobs 0.2.0 (build {older['build']['build']}, commit older) cannot run "
         f"this job: its spec uses {NEWEST_FIELD}, which this build does not support; handed back untouched, "

@@ -228,6 +228,45 @@ class Checkpoint(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class CheckpointSize(Base):
+    """A declared checkpoint's bytes in the store, sized by the API's storage sweep (a row of its own,
+    not a column of checkpoints: the workers' code reads checkpoints on any schema since 0.1.0). Goes
+    with its checkpoint (rotation, removal, the job's deletion)."""
+
+    __tablename__ = "checkpoint_sizes"
+
+    checkpoint_id: Mapped[int] = mapped_column(
+        ForeignKey("checkpoints.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobOutputSize(Base):
+    """A finished job's files in the store but its checkpoints (model, predictions, logs …), sized by
+    the API's storage sweep once the job has finished."""
+
+    __tablename__ = "job_output_sizes"
+
+    job_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class StoreDeletion(Base):
+    """A store folder whose rows are gone and whose removal is not finished: written in the
+    transaction that deletes the rows, removed once the objects are (a crash between the two leaves
+    it to the API's storage sweep). Rows first, then objects: no row ever names a missing object, and
+    no object without a row outlives the next sweep (shared/jobs_repo/storage_usage.py)."""
+
+    __tablename__ = "store_deletions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(1024))  # the store's key: jobs/7/checkpoints/checkpoint-300
+    job_id: Mapped[int | None] = mapped_column(BigInteger)  # whose it was (no foreign key: it may go)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class JobEvent(Base):
     __tablename__ = "job_events"
     __table_args__ = (
@@ -331,6 +370,17 @@ class Owner(Base):
     max_devices: Mapped[int | None] = mapped_column(Integer)
     max_queued: Mapped[int | None] = mapped_column(Integer)
     max_device_hours_per_day: Mapped[float | None] = mapped_column(Float)
+
+
+class OwnerStorageQuota(Base):
+    """An owner's own max_storage_bytes (None: the configured default), set over PATCH /v1/owners.
+    A table of its own rather than a column of owners: the claim of any build since 0.1.0 reads the
+    owners' rows whole, and a new column would break it on the previous schema mid-upgrade."""
+
+    __tablename__ = "owner_storage_quotas"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class KeyRole(StrEnum):
