@@ -55,7 +55,6 @@ BOOKKEEPING_FLAGS: dict[str, str | None] = {
     "output_dir": "the service chooses each job's output folder (GLUEJOBS_ARTIFACTS_DIR/jobs/<id>)",
     "overwrite_output_dir": "every job writes into a fresh folder of its own",
     "logging_dir": "trackers write into the job's folder",
-    "do_train": "every job trains",
     "push_to_hub": None,
     "hub_model_id": None,
     "hub_token": None,
@@ -266,12 +265,25 @@ def script_flags_to_spec(
     for name, value in vars(values).items():
         if value is None:
             continue
-        if name in BOOKKEEPING_FLAGS:
+        if name == "do_train":
+            _do_train_flag(value, spec, notes)
+        elif name in BOOKKEEPING_FLAGS:
             _bookkeeping_flag(name, value, notes)
         elif name == "use_fast_tokenizer":
             spec["use_slow_tokenizer"] = "false" if _truthy(value) else "true"
         else:
             spec[RENAMED_FLAGS.get(name, name)] = value
+    if (
+        "trainer" in (recipe, values.recipe)
+        and values.do_train is None
+        and (_truthy(values.do_eval) or _truthy(values.do_predict))
+    ):
+        # run_glue.py trains only when told to: --do_eval or --do_predict alone evaluates or predicts.
+        spec["do_train"] = "false"
+        flag = "--do_eval" if _truthy(values.do_eval) else "--do_predict"
+        notes.append(
+            f"{flag} without --do_train: an evaluation or prediction job (no training), as in run_glue.py"
+        )
     if not _truthy(spec.get("apply_lora", "false")):
         given = [name for name in LORA_OPTIONS if name in spec]
         if given:
@@ -333,10 +345,17 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, flags: list[str], anno
         parser.add_argument(*flags, dest=name, default=None)
 
 
+def _do_train_flag(value: str, spec: dict[str, Any], notes: list[str]) -> None:
+    """--do_train trains (what every job does unless told otherwise); --do_train false asks for an
+    evaluation or prediction job."""
+    if _truthy(value):
+        notes.append("--do_train: the job trains")
+    else:
+        spec["do_train"] = value
+
+
 def _bookkeeping_flag(name: str, value: str, notes: list[str]) -> None:
     reason = BOOKKEEPING_FLAGS[name]
-    if name == "do_train" and not _truthy(value):
-        raise ScriptArgsError("--do_train false: a gluejobs job always trains")
     if reason is None:
         if name == "push_to_hub" and not _truthy(value):
             return  # push_to_hub false asks for nothing

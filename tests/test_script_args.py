@@ -260,7 +260,6 @@ python run_glue_no_trainer.py --model_name_or_path "${MODEL}" --task_name $TASK 
             "--fp16_opt_level: unknown flag",
         ),
         ("python run_glue.py --model_name_or_path m --push_to_hub", "--push_to_hub is not supported"),
-        ("python run_glue.py --model_name_or_path m --do_train false", "--do_train false"),
         (
             "python run_glue.py --model_name_or_path m --lora_r 8",
             "--lora_r has no effect without --apply_lora",

@@ -33,6 +33,7 @@ def make_dataloaders(
     """The training loader, the evaluation loaders, the training loader's length-grouped sampler
     (None without group_by_length) and, for sorted evaluation, each split's order."""
     collate = collator(tokenizer, pad_to_max_length=pad_to_max_length, pad_to_multiple_of=pad_to_multiple_of)
+    assert data.train is not None, "a job that trains has its training rows"
     sampler = None
     if group_by_length:
         # Batches of similar lengths waste less compute on padding (Trainer's group_by_length).
@@ -49,6 +50,16 @@ def make_dataloaders(
         # resumed run's dropout masks would drift from those of the run it continues.
         generator=torch.Generator().manual_seed(seed),
     )
+    evals, orders = eval_dataloaders(
+        data, collate, group_eval_by_length=group_eval_by_length, eval_batch_size=eval_batch_size
+    )
+    return train, evals, sampler, orders
+
+
+def eval_dataloaders(
+    data: TokenizedData, collate: Any, *, group_eval_by_length: bool, eval_batch_size: int
+) -> tuple[dict[str, DataLoader], dict[str, np.ndarray | None]]:
+    """Each evaluation split's loader and, for sorted evaluation, its order."""
     evals: dict[str, DataLoader] = {}
     orders: dict[str, np.ndarray | None] = {}
     for split, rows in data.evals.items():
@@ -56,7 +67,7 @@ def make_dataloaders(
         if group_eval_by_length:
             rows, orders[split] = longest_first(rows)
         evals[split] = DataLoader(rows, collate_fn=collate, batch_size=eval_batch_size)
-    return train, evals, sampler, orders
+    return evals, orders
 
 
 class ShuffledLengthGroups(LengthGroupedSampler):

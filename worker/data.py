@@ -51,7 +51,7 @@ CACHE_FORMAT = 1
 
 @dataclass
 class RawData:
-    train: datasets.Dataset
+    train: datasets.Dataset | None  # None for a job that does not train (do_train false)
     evals: dict[str, datasets.Dataset]  # gluejobs split name ("eval", "eval_mismatched") -> rows
     test: datasets.Dataset | None  # spec.test_file only; its `label` column is optional
     text_keys: tuple[str, str | None]
@@ -62,7 +62,7 @@ class RawData:
 
 @dataclass
 class TokenizedData:
-    train: datasets.Dataset
+    train: datasets.Dataset | None
     evals: dict[str, datasets.Dataset]
     test: datasets.Dataset | None
     cache_hit: bool
@@ -77,9 +77,9 @@ class TokenizedData:
 def load_raw_data(spec: JobSpec, settings: Settings) -> RawData:
     """The job's train, eval and test rows as `datasets` splits (see shared.data.reading.read_job_data)."""
     data = read_job_data(spec, settings, hub=hub_glue_tables)
-    assert data.train is not None, "a worker reads every split (it has the Hub)"
+    assert data.train is not None or not spec.trains, "a worker reads every split (it has the Hub)"
     return RawData(
-        train=to_dataset(data.train),
+        train=to_dataset(data.train) if data.train is not None else None,
         evals={name: to_dataset(rows) for name, rows in data.evals.items()},
         test=to_dataset(data.test) if data.test else None,
         text_keys=data.text_keys,
@@ -215,11 +215,16 @@ def _tokenizer_source(tokenizer: PreTrainedTokenizerBase) -> dict[str, str] | No
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
-def _split_rows(raw: RawData) -> dict[str, int]:
-    splits = {"train": raw.train, **raw.evals}
+def _raw_splits(raw: RawData) -> dict[str, datasets.Dataset]:
+    splits = {"train": raw.train} if raw.train is not None else {}
+    splits.update(raw.evals)
     if raw.test is not None:
         splits["test"] = raw.test
-    return {name: len(rows) for name, rows in splits.items()}
+    return splits
+
+
+def _split_rows(raw: RawData) -> dict[str, int]:
+    return {name: len(rows) for name, rows in _raw_splits(raw).items()}
 
 
 def _tokenize_splits(
@@ -253,15 +258,12 @@ def _tokenize_splits(
         )
         return tokenized.cast_column(LABELS, label_type) if LABELS in tokenized.column_names else tokenized
 
-    splits = {"train": raw.train, **raw.evals}
-    if raw.test is not None:
-        splits["test"] = raw.test
-    return datasets.DatasetDict({name: tokenize(rows) for name, rows in splits.items()})
+    return datasets.DatasetDict({name: tokenize(rows) for name, rows in _raw_splits(raw).items()})
 
 
 def _tokenized_data(splits: datasets.DatasetDict, *, cache_hit: bool, cache_key: str) -> TokenizedData:
     return TokenizedData(
-        train=splits["train"],
+        train=splits.get("train"),
         evals={name: rows for name, rows in splits.items() if name not in ("train", "test")},
         test=splits.get("test"),
         cache_hit=cache_hit,

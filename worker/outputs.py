@@ -90,7 +90,7 @@ def write_predictions(
 ) -> None:
     """GLUE's submission file(s) for the task's test split, and test_file's predictions."""
     output_dir, job_id = storage.local, storage.job_id
-    if spec.do_predict and spec.task_name:
+    if spec.predicts_glue_test:
         write_glue_submission(accelerator, model, tokenizer, spec, settings, output_dir, report.log)
     if data.test is None:
         return
@@ -121,6 +121,34 @@ def write_predictions(
                 else:
                     out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
         report.log(f"wrote {len(logits)} test predictions: {artifact_path(job_id, path.name)}")
+
+
+def evaluation_summary(
+    accelerator: Accelerator,
+    final_metrics: dict[str, float],
+    *,
+    parameter_counts: dict[str, Any],
+    eval_runtime_s: float,
+    predict_runtime_s: float,
+    eval_rows: dict[str, int],
+    tokenized_from_cache: bool,
+) -> dict[str, Any]:
+    """The summary of a job that did not train (do_train false): the job's `result`. No model_dir: the
+    job saved no model (its model is the one it loaded)."""
+    return {
+        **parameter_counts,
+        "completed_steps": 0,
+        "epochs": 0,
+        "final_metrics": final_metrics,
+        "eval_rows": eval_rows,
+        "eval_runtime_s": round(eval_runtime_s, 3),
+        "predict_runtime_s": round(predict_runtime_s, 3),
+        "tokenized_from_cache": tokenized_from_cache,
+        "num_processes": accelerator.num_processes,
+        "device": str(accelerator.device),
+        "mixed_precision": accelerator.mixed_precision,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def summary(

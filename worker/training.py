@@ -31,10 +31,10 @@ from shared.core.config import Settings
 from shared.core.errors import JobFailed
 from shared.jobspec.metric_rules import MetricPlan, metric_plan, ranking_metric
 from shared.jobspec.schedule import Schedule, spec_schedule
-from shared.jobspec.spec import JobSpec
+from shared.jobspec.spec import JobSpec, job_kind
 from shared.jobspec.tasks import EVAL_SPLIT, TRAIN_SPLIT
 from worker import fast_dropout, outputs, tracking
-from worker.batches import epoch_batches, make_dataloaders, pad_multiple
+from worker.batches import collator, epoch_batches, eval_dataloaders, make_dataloaders, pad_multiple
 from worker.data import RawData, TokenizedData, in_row_order, load_raw_data, tokenize_data
 from worker.determinism import DETERMINISTIC_ENVIRONMENT, deterministic_kernels
 from worker.disk_space import check_room
@@ -130,6 +130,11 @@ def _train(
     plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
     ranking = _ranking_metric(plan, spec.metric_for_best_model)
     data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
+    if not spec.trains:
+        model = _build_model(model_source, spec, raw, num_labels)
+        return _without_training(
+            spec, settings, accelerator, storage, report, model, tokenizer, raw, data, plan
+        )
     train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
         data,
         tokenizer,
@@ -183,19 +188,19 @@ def _train(
         for split, loader in zip(eval_dataloaders, prepared_evals, strict=True)
     }
     run = _Run(
-        spec,
-        accelerator,
-        model,
-        optimizer,
-        lr_scheduler,
-        schedule,
-        evaluations,
-        plan,
-        progress,
-        Meter(accelerator),
-        report,
-        saved,
-        masks,
+        spec=spec,
+        accelerator=accelerator,
+        model=model,
+        evaluations=evaluations,
+        plan=plan,
+        progress=progress,
+        meter=Meter(accelerator),
+        report=report,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        schedule=schedule,
+        saved=saved,
+        masks=masks,
     )
     start_epoch, skip = 0, 0
     if resume_from is not None:
@@ -234,22 +239,97 @@ def _train(
 
 
 @dataclass
-class _Run:
-    """What the loop's steps share once everything is prepared (nlp_example keeps them in locals)."""
+class _Evaluator:
+    """What an evaluation needs once the model and its loaders are prepared."""
 
     spec: JobSpec
     accelerator: Accelerator
     model: Any
-    optimizer: torch.optim.Optimizer
-    lr_scheduler: Any
-    schedule: Schedule
     evaluations: dict[str, tuple[DataLoader, np.ndarray | None]]  # each split's loader and row order
     plan: MetricPlan
     progress: Progress
     meter: Meter
     report: MainProcessReporter
+
+
+@dataclass
+class _Run(_Evaluator):
+    """What the loop's steps share once everything is prepared (nlp_example keeps them in locals)."""
+
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: Any
+    schedule: Schedule
     saved: RunCheckpoints
     masks: fast_dropout.MaskSource | None  # the dropout layers' generator under fast_dropout
+
+
+# ---------------------------------------------------------------------------------------------------
+# A job that does not train (do_train false)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _without_training(
+    spec: JobSpec,
+    settings: Settings,
+    accelerator: Accelerator,
+    storage: JobStorage,
+    report: MainProcessReporter,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    raw: RawData,
+    data: TokenizedData,
+    plan: MetricPlan,
+) -> dict[str, Any]:
+    """An evaluation or prediction job: the model as loaded, evaluated once (do_eval) and/or predicting
+    (do_predict, test_file); no optimizer, no step, no checkpoint, no model saved (it is the one loaded).
+
+    The evaluation's rows are numbered step 0, epoch 0: the weights have had no optimizer step in this
+    job, as Trainer numbers an evaluation before training."""
+    counts = log_model(model, accelerator, report)
+    collate = collator(
+        tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=pad_multiple(accelerator)
+    )
+    loaders, orders = eval_dataloaders(
+        data,
+        collate,
+        group_eval_by_length=spec.group_eval_by_length,
+        eval_batch_size=spec.per_device_eval_batch_size,
+    )
+    model, *prepared = accelerator.prepare(model, *loaders.values())
+    model.eval()
+    evaluator = _Evaluator(
+        spec=spec,
+        accelerator=accelerator,
+        model=model,
+        evaluations={split: (loader, orders[split]) for split, loader in zip(loaders, prepared, strict=True)},
+        plan=plan,
+        progress=Progress(
+            1, ranking=_ranking_metric(plan, spec.metric_for_best_model), greater=spec.greater_is_better
+        ),
+        meter=Meter(accelerator),
+        report=report,
+    )
+    what = " and ".join(
+        w for w, asked in (("evaluating", spec.do_eval), ("predicting", spec.do_predict)) if asked
+    )
+    report.log(
+        f"no training (do_train false): {what or 'predicting test_file'} with the model as loaded, on "
+        f"{accelerator.device}, mixed precision {accelerator.mixed_precision}",
+        data={"job_kind": job_kind(spec)},
+    )
+    final_metrics = _evaluate_all(evaluator) if spec.do_eval and evaluator.evaluations else {}
+    storage.local.mkdir(parents=True, exist_ok=True)  # where predictions go (a training job's model made it)
+    started = time.perf_counter()
+    outputs.write_predictions(accelerator, model, tokenizer, spec, settings, raw, data, report, storage)
+    return outputs.evaluation_summary(
+        accelerator,
+        final_metrics,
+        parameter_counts=counts,
+        eval_runtime_s=evaluator.meter.eval_seconds,
+        predict_runtime_s=time.perf_counter() - started,
+        eval_rows={split: len(rows) for split, rows in data.evals.items()},
+        tokenized_from_cache=data.cache_hit,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -369,7 +449,7 @@ def _stop_agreed(accelerator: Accelerator, stop_requested: Callable[[], bool]) -
 # ---------------------------------------------------------------------------------------------------
 
 
-def _evaluate_all(run: _Run, *, threshold: float = 0.0) -> dict[str, float]:
+def _evaluate_all(run: _Evaluator, *, threshold: float = 0.0) -> dict[str, float]:
     """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
     progress = run.progress
     main: dict[str, float] = {}
@@ -477,7 +557,7 @@ def _tokenize(
             cache_dir=cache_dir,
         )
     report.log(
-        f"data: {len(data.train)} training rows, "
+        (f"data: {len(data.train)} training rows, " if data.train is not None else "data: ")
         + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
         + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
         data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},

@@ -166,7 +166,7 @@ def glue_splits_needed(spec: JobSpec, spec_files: set[str]) -> list[str]:
     if spec.task_name is None:
         return []
     task = TASKS[spec.task_name]
-    needed = [] if "train_file" in spec_files else ["train"]
+    needed = [] if "train_file" in spec_files or not spec.trains else ["train"]
     if "validation_file" not in spec_files and spec.evaluates:
         needed.extend(split for split, _ in task.eval_splits)
     return needed
@@ -185,12 +185,12 @@ def job_data_files(spec: JobSpec, settings: Settings) -> dict[str, Path | str]:
     needed = glue_splits_needed(spec, set(sources))
     if settings.glue_dir is not None:
         sources.update(_local_glue_paths(task, settings.glue_dir, needed))
-        if spec.do_predict:
+        if spec.predicts_glue_test:
             sources.update(glue_test_paths(task, settings.glue_dir))
     else:
         for split in needed:
             sources[split] = f"the Hub's {HUB_GLUE} {task.name} {_hub_split_names(task)[split]!r} split"
-        if spec.do_predict:
+        if spec.predicts_glue_test:
             for split in GLUE_LAYOUTS[task.name].test_splits:
                 sources[split] = f"the Hub's {HUB_GLUE} {task.name} {split!r} split"
     return sources

@@ -132,6 +132,51 @@ FAST_SETTINGS: dict[str, Any] = {
     "freeze_word_embeddings": True,
     "fast_dropout": True,
 }
+# --- jobs that do not train (do_train false) ---------------------------------------------------------
+JobKind = Literal["train", "eval", "predict"]
+JobKindMarker = Literal["eval", "predict"]
+# What a job that does not train does with each option that only training uses: every one of them is
+# refused by name when set to anything but its default (it would be silently ignored). What such a job
+# honours: the model and its loading options, task_name, validation_file and test_file, their columns,
+# max_length, pad_to_max_length, max_eval_samples, per_device_eval_batch_size, group_eval_by_length,
+# fp16/bf16, fast (its evaluation settings only), num_processes, seed (recorded), metric_for_best_model
+# and greater_is_better (which metric the job's headline shows), use_deterministic_algorithms, the
+# trackers, max_runtime_s. eval_strategy and save_strategy are 'no' (filled in; anything else is refused).
+TRAINING_ONLY_OPTIONS = (
+    "train_file",
+    "max_train_samples",
+    "keep_labels",
+    "per_device_train_batch_size",
+    "learning_rate",
+    "weight_decay",
+    "num_train_epochs",
+    "max_train_steps",
+    "gradient_accumulation_steps",
+    "lr_scheduler_type",
+    "num_warmup_steps",
+    "warmup_ratio",
+    "cls_dropout",
+    "group_by_length",
+    "shuffle_length_groups",
+    "freeze_word_embeddings",
+    "fast_dropout",
+    "apply_lora",
+    "save_merged_model",
+    "eval_steps",
+    "save_steps",
+    "save_total_limit",
+    "logging_steps",
+    "load_best_model_at_end",
+    "early_stopping_patience",
+    "early_stopping_threshold",
+    "max_grad_norm",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "optim",
+)
+# The recipe's and fast's values that a job without training takes (the rest are training's).
+_NO_TRAINING_FILLS = {"seed", "eval_strategy", "bf16", "group_eval_by_length", "per_device_eval_batch_size"}
 # Spec keys that stand for a field under another name (aliases and the scripts' own flags).
 _FIELD_OF_ALIAS = {
     "evaluation_strategy": "eval_strategy",
@@ -376,15 +421,27 @@ class JobSpec(BaseModel):
     early_stopping_threshold: float = Field(
         default=0.0, ge=0.0, description="How much the ranking metric must improve to count as improving"
     )
+    do_train: bool | None = Field(
+        default=None,
+        description="false: an evaluation or prediction job, which runs no optimizer step: it loads the "
+        "model, evaluates it (do_eval) and/or predicts (do_predict) and saves no checkpoint (run_glue.py's "
+        "--do_eval or --do_predict without --do_train). Absent or true: the job trains",
+    )
+    job_kind: JobKindMarker | None = Field(
+        default=None,
+        description="Filled in by the API from do_train, do_eval and do_predict: 'eval' or 'predict' for a "
+        "job that does not train (absent for one that does); a worker built before evaluation jobs "
+        "hands such a job back instead of training it",
+    )
     do_eval: bool | None = Field(
         default=None,
         description="Evaluate at the end of training (run_glue.py's --do_eval); true whenever "
-        "eval_strategy is not 'no'",
+        "eval_strategy is not 'no'. With do_train false: evaluate the model as loaded",
     )
     do_predict: bool = Field(
         default=False,
         description="Predict the task's test split and write GLUE's submission file (<Task>.tsv) into the "
-        "job's folder",
+        "job's folder (test_file's predictions, predict_results.tsv, are written whenever it is given)",
     )
 
     # --- running it ------------------------------------------------------------------------------
@@ -457,11 +514,18 @@ class JobSpec(BaseModel):
                 raise field_error(
                     "warmup_steps", validation_messages.message(exc.errors()[0]), value
                 ) from None
+        trains = not _is_false(data.get("do_train"))
+        if not trains:
+            # Nothing to evaluate during, nor to checkpoint: both strategies are 'no' unless given
+            # (anything else given is refused in _coherent).
+            given = {_FIELD_OF_ALIAS.get(key, key) for key in data}
+            data.update({key: "no" for key in ("eval_strategy", "save_strategy") if key not in given})
         if data.get("recipe") == "trainer":
             given = {_FIELD_OF_ALIAS.get(key, key) for key in data}
             if "checkpointing_steps" in data:
                 given.add("save_steps")  # the script's flag sets both, and refuses either beside it
-            data.update({key: value for key, value in TRAINER_DEFAULTS.items() if key not in given})
+            fills = {key: value for key, value in TRAINER_DEFAULTS.items() if key not in given}
+            data.update({k: v for k, v in fills.items() if trains or k in _NO_TRAINING_FILLS})
             strategy = data.get("eval_strategy", data.get("evaluation_strategy"))
             if strategy == "steps" and data.get("eval_steps") is None:
                 data["eval_steps"] = data["logging_steps"]  # Trainer's default for eval_steps
@@ -471,7 +535,8 @@ class JobSpec(BaseModel):
                 given.add("bf16")  # one mixed precision: the one asked for
             if "group_by_length" in given and not _is_true(data["group_by_length"]):
                 given.add("shuffle_length_groups")  # there are no length groups to shuffle
-            data.update({key: value for key, value in FAST_SETTINGS.items() if key not in given})
+            fills = {key: value for key, value in FAST_SETTINGS.items() if key not in given}
+            data.update({k: v for k, v in fills.items() if trains or k in _NO_TRAINING_FILLS})
         return data
 
     @field_validator("report_to", mode="before")
@@ -548,8 +613,12 @@ class JobSpec(BaseModel):
     def _coherent(self) -> JobSpec:
         """Every incoherence at once (each naming its field), not the first of them."""
         found: list[tuple[str, str]] = []
-        if self.task_name is None and self.train_file is None:
+        if not self.trains:
+            self._check_no_training(found)
+        elif self.task_name is None and self.train_file is None:
             found.append(("task_name", "give a task_name or a train_file (and a validation_file)"))
+        elif self.job_kind is not None:
+            found.append(("job_kind", "job_kind is filled in from do_train: a job that trains has none"))
         self._check_recipe_options(found)
         pair_task = None if self.task_name is None else TASKS[self.task_name].text_keys[1] is not None
         mapping_problem = ColumnMapping.of(self).problem(pair_task=pair_task)
@@ -603,6 +672,43 @@ class JobSpec(BaseModel):
             raise field_errors(found)
         return self
 
+    def _check_no_training(self, found: list[tuple[str, str]]) -> None:
+        """do_train false: something to do, data to do it on, and no option that only training uses."""
+        if not self.do_eval and not self.do_predict:
+            found.append(
+                (
+                    "do_train",
+                    "do_train false runs no training: give do_eval (evaluate the model) and/or do_predict "
+                    "(predict a test file or the task's test split)",
+                )
+            )
+        self.do_eval = bool(self.do_eval)
+        if self.task_name is None:
+            found.append(
+                (
+                    "task_name",
+                    "an evaluation or prediction job (do_train false) needs a task_name: its label names "
+                    "and metrics come from the task",
+                )
+            )
+        defaults = type(self).model_fields
+        for name in TRAINING_ONLY_OPTIONS:
+            if getattr(self, name) != defaults[name].default:
+                found.append((name, f"{name} is a training option: a job with do_train false does not train"))
+        for strategy in ("eval_strategy", "save_strategy"):
+            value = getattr(self, strategy)
+            if value != "no":
+                what = "evaluates the model once" if strategy == "eval_strategy" else "saves no checkpoint"
+                found.append(
+                    (strategy, f"{strategy} {quote(value)} needs training: a job with do_train false {what}")
+                )
+        kind = job_kind(self)
+        if self.job_kind not in (None, kind):
+            found.append(
+                ("job_kind", f"job_kind is filled in from do_train, do_eval and do_predict: here {kind!r}")
+            )
+        self.job_kind = None if kind == "train" else kind
+
     def _check_best_model_options(self, found: list[tuple[str, str]]) -> None:
         # As in transformers.Trainer: the best model is a checkpoint, so saves must line up with evaluations.
         if self.eval_strategy == "no":
@@ -645,6 +751,17 @@ class JobSpec(BaseModel):
                     "early stopping counts evaluations: it needs eval_strategy 'epoch' or 'steps'",
                 )
             )
+
+    @property
+    def trains(self) -> bool:
+        """Whether the job trains: every job but one with do_train false."""
+        return self.do_train is not False
+
+    @property
+    def predicts_glue_test(self) -> bool:
+        """Whether the job predicts its task's GLUE test split (GLUE's submission file): do_predict on a
+        task, except for a job that does not train and names its own test_file (it predicts that file)."""
+        return self.do_predict and self.task_name is not None and (self.trains or self.test_file is None)
 
     @property
     def evaluates(self) -> bool:
@@ -699,6 +816,28 @@ def check_data_suffix(value: str) -> None:
             f"{value!r} is not a data file: its name must end with one of {', '.join(DATA_FILE_SUFFIXES)}, "
             "or name an uploaded file by its id (file-7)"
         )
+
+
+def job_kind(spec: JobSpec | dict[str, Any]) -> JobKind:
+    """What a job does, the one rule the API, the CLI and the dashboard show: 'train', or for a job with
+    do_train false 'eval' (it evaluates; it may predict too) or 'predict' (it only predicts). Takes a
+    spec or a stored spec's mapping (where the API filled in job_kind)."""
+    if isinstance(spec, dict):
+        marker = spec.get("job_kind")
+        return marker if marker in ("eval", "predict") else "train"
+    if spec.trains:
+        return "train"
+    return "eval" if spec.do_eval else "predict"
+
+
+def _is_false(value: Any) -> bool:
+    """Whether a raw spec value reads as false (None and what does not parse are not)."""
+    if value is None:
+        return False
+    try:
+        return TypeAdapter(bool).validate_python(value) is False
+    except ValidationError:
+        return False
 
 
 def _is_true(value: Any) -> bool:

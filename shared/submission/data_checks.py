@@ -172,7 +172,7 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         _cache.put(key, refusal)
         raise refusal
     report = _report(data, predict, own_labels=spec.task_name is None, max_length=spec.max_length)
-    if spec.do_predict and spec.task_name and settings.glue_dir is None:
+    if spec.predicts_glue_test and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
         )
@@ -308,7 +308,7 @@ def _label_rows(spec: JobSpec, train: Split, label_id: int, label: str, scope: D
 
 
 def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit]:
-    if not (spec.do_predict and spec.task_name and settings.glue_dir is not None):
+    if not (spec.predicts_glue_test and spec.task_name and settings.glue_dir is not None):
         return {}
     return read_local_test_splits(TASKS[spec.task_name], settings.glue_dir)
 
@@ -411,7 +411,7 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
             spec.max_train_samples,
             spec.max_eval_samples,
             spec.evaluates,
-            spec.do_predict,
+            spec.predicts_glue_test,
             sorted(ColumnMapping.of(spec).as_dict().items()),
             # An upload sent again with another mapping is tallied by other columns.
             sorted((sha, repr(stored.checks.get("columns"))) for sha, stored in scope.stored_uploads.items()),

@@ -1,0 +1,168 @@
+"""Evaluation and prediction jobs (do_train false, issue 33 item 2): the spec's rules, the scripts' flags
+as pasted, and the loop's run without an optimizer step on a model a training job saved."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gluejobs.script_args import command_to_spec
+from shared.core.config import Settings
+from shared.jobspec.capability import is_off
+from shared.jobspec.spec import TRAINING_ONLY_OPTIONS, JobSpec, job_kind
+from tests.kit import TINY_MODEL
+from tests.runs import make_spec, train
+
+BASE = {"model_name_or_path": "m", "task_name": "sst2", "seed": 1}
+
+
+def _spec(**changes: Any) -> JobSpec:
+    return JobSpec.model_validate({**BASE, **changes})
+
+
+def _refusals(**changes: Any) -> dict[str, str]:
+    with pytest.raises(ValidationError) as caught:
+        _spec(**changes)
+    return {str(error["loc"][0]) if error["loc"] else "": error["msg"] for error in caught.value.errors()}
+
+
+def test_a_job_that_does_not_train_is_an_evaluation_or_a_prediction() -> None:
+    evaluation = _spec(do_train=False, do_eval=True)
+    prediction = _spec(do_train=False, do_predict=True, test_file="new.csv")
+    both = _spec(do_train="false", do_eval="true", do_predict=True)
+
+    assert [job_kind(s) for s in (evaluation, prediction, both, _spec())] == [
+        "eval",
+        "predict",
+        "eval",
+        "train",
+    ]
+    # No evaluation during training, no checkpoint: filled in, and the stored spec reads back the same.
+    assert (evaluation.eval_strategy, evaluation.save_strategy, evaluation.do_eval) == ("no", "no", True)
+    assert (prediction.do_eval, prediction.predicts_glue_test) == (False, False)  # its test_file, not GLUE's
+    assert both.predicts_glue_test
+    for spec in (evaluation, prediction, both):
+        stored = spec.model_dump(mode="json")
+        assert JobSpec.model_validate(stored) == spec
+        # The stored marker is not an "off" value: a worker built before these jobs hands them back
+        # (shared/jobspec/capability.py) rather than dropping do_train false and training.
+        assert not is_off(stored["job_kind"]) and job_kind(stored) == job_kind(spec)
+    assert _spec().job_kind is None and job_kind(_spec().model_dump(mode="json")) == "train"
+    # The trainer recipe's and fast's evaluation settings apply; their training ones do not.
+    fast = _spec(do_train=False, do_eval=True, recipe="trainer", fast=True)
+    assert (fast.seed, fast.bf16, fast.per_device_eval_batch_size, fast.group_eval_by_length) == (
+        1,
+        True,
+        64,
+        True,
+    )
+    assert (fast.save_strategy, fast.max_grad_norm, fast.group_by_length, fast.logging_steps) == (
+        "no",
+        None,
+        False,
+        10,
+    )
+
+
+def test_what_a_job_without_training_cannot_honour_is_refused_by_name() -> None:
+    assert "give do_eval" in _refusals(do_train=False)["do_train"]
+    assert "give do_eval" in _refusals(do_train=False, do_eval=False)["do_train"]
+    found = _refusals(
+        do_train=False,
+        do_eval=True,
+        learning_rate=1e-3,
+        num_train_epochs=1,
+        apply_lora=True,
+        train_file="train.csv",
+        eval_strategy="epoch",
+        save_strategy="steps",
+        save_steps=10,
+    )
+    for name in ("learning_rate", "num_train_epochs", "apply_lora", "train_file", "save_steps"):
+        assert found[name] == f"{name} is a training option: a job with do_train false does not train"
+    assert "eval_strategy 'epoch' needs training" in found["eval_strategy"]
+    assert "save_strategy 'steps' needs training" in found["save_strategy"]
+    # A task gives the labels' names and the metrics; the marker is the API's to fill in.
+    assert (
+        "needs a task_name"
+        in _refusals(task_name=None, do_train=False, do_eval=True, validation_file="v.csv")["task_name"]
+    )
+    assert "here 'eval'" in _refusals(do_train=False, do_eval=True, job_kind="predict")["job_kind"]
+    assert "a job that trains has none" in _refusals(job_kind="eval")["job_kind"]
+    # Every option in the table is a field with a default (so "set" means "not its default").
+    assert set(TRAINING_ONLY_OPTIONS) <= set(JobSpec.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("command", "do_train", "kind"),
+    [
+        ("python run_glue.py --model_name_or_path m --task_name rte --do_eval", "false", "eval"),
+        (
+            "python run_glue.py --model_name_or_path m --task_name rte --do_predict --test_file t.csv",
+            "false",
+            "predict",
+        ),
+        ("--model_name_or_path m --task_name rte --do_eval --do_predict", "false", "eval"),
+        (
+            "python run_glue.py --model_name_or_path m --task_name rte --do_train false --do_eval",
+            "false",
+            "eval",
+        ),
+        ("python run_glue.py --model_name_or_path m --task_name rte --do_train --do_eval", None, "train"),
+        ("run_glue_no_trainer.py --model_name_or_path m --task_name rte", None, "train"),
+    ],
+)
+def test_the_scripts_flags_as_pasted(command: str, do_train: str | None, kind: str) -> None:
+    translation = command_to_spec(shlex.split(command))
+
+    assert translation.spec.get("do_train") == do_train
+    assert job_kind(JobSpec.model_validate({**translation.spec, "seed": 1})) == kind
+    if do_train == "false" and "--do_train" not in command:  # what the command line is taken to mean
+        assert any("without --do_train: an evaluation or prediction job" in n for n in translation.notes)
+
+
+def test_an_evaluation_job_reproduces_the_training_jobs_final_evaluation(
+    settings_factory: Any, models_dir: Path, tmp_path: Path
+) -> None:
+    """Train the tiny model, then evaluate its saved final model and predict a file with it: the same
+    metrics on the same validation rows, exactly; one prediction per row, by label name."""
+    models = tmp_path / "models"
+    shutil.copytree(models_dir / TINY_MODEL, models / TINY_MODEL)
+    settings: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}", models_dir=models)
+    trained, trained_result, trained_dir = train(make_spec(), settings, models, name="trained")
+    final = trained_result["final_metrics"]
+    assert final and set(final) == {"accuracy", "loss"}
+
+    (settings.data_dir / "new").mkdir(parents=True)
+    (settings.data_dir / "new" / "rows.csv").write_text("sentence\na lovely film\na dreadful film\nfine\n")
+    spec = make_spec(
+        model_name_or_path="trained",
+        do_train=False,
+        do_eval=True,
+        do_predict=True,
+        test_file="new/rows.csv",
+        max_train_samples=None,  # make_spec's training options, back to their defaults
+        learning_rate=5e-5,
+        num_train_epochs=3,
+        logging_steps=10,
+    )
+    reporter, result, output_dir = train(spec, settings, tmp_path, name="evaluated")
+
+    evaluated = {name: value for _, _, split, name, value in reporter.rows if split == "eval"}
+    assert evaluated == final  # exactly: the same weights on the same 32 rows
+    assert reporter.steps("eval") == [0] and {row[1] for row in reporter.rows} == {0}
+    assert reporter.steps("train") == [] and reporter.checkpoints == []
+    assert result["completed_steps"] == 0 and result["final_metrics"] == final and "model_dir" not in result
+    lines = (output_dir / "predict_results.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 4
+    assert all(line.split("\t")[1] in {"negative", "positive"} for line in lines[1:])
+    # Nothing but the predictions: no checkpoint folder, no model files.
+    assert sorted(p.name for p in output_dir.iterdir()) == ["predict_results.tsv"]
+    assert any("no training (do_train false)" in line for line in reporter.logs)
+    assert trained.steps("eval")[-1] == trained_result["completed_steps"]
+    assert (trained_dir / "config.json").is_file()
