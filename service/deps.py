@@ -24,7 +24,9 @@ from shared.core.errors import NotFound
 from shared.core.storage import Store
 from shared.core.tables import File, Job, Search, StoredModel, Sweep
 from shared.data.local_copies import local_copy
+from shared.jobs_repo.model_objects import job_model
 from shared.jobspec.data_scope import DataScope, data_scope
+from shared.jobspec.job_sources import JobSource
 from shared.jobspec.registered_models import NAME_PATTERN, RegisteredModel, reference
 from shared.jobspec.suggest import did_you_mean
 from shared.jobspec.upload_tally import StoredUpload
@@ -157,6 +159,18 @@ def get_data_scope(
         rows, _more = jobs_repo.list_models(session, limit=SUGGESTED_MODELS, owner=owner or principal.owner)
         return did_you_mean(name, [row.name for row in rows], prefix=reference("", owner))
 
+    def job_model_record(source: JobSource) -> RegisteredModel:
+        # A job's model (job:ID…): the caller's jobs (admins: anyone's), copied by the store by hash.
+        record, _files = job_model(
+            session,
+            store,
+            source=source,
+            caller=principal.owner_filter,
+            scratch=settings.cache_dir / "uploads",
+            pin=True,
+        )
+        return record
+
     stored: dict[str, StoredUpload] = {}
     return data_scope(
         settings,
@@ -166,6 +180,7 @@ def get_data_scope(
         stored=stored,
         fetch=fetch,
         models=registered,
+        job_models=job_model_record,
     )
 
 

@@ -24,6 +24,7 @@ from shared.core.storage import open_store
 from shared.jobspec.registered_models import RegisteredModel, is_registered
 from shared.jobspec.spec import locate_model
 from shared.model_folders.cache import cached_model
+from worker.model_manifest import write_model_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,13 @@ def resolve_model(name_or_path: str, settings: Settings, *, registered: Register
     """
     if is_registered(name_or_path):
         if registered is None:
-            raise ModelError(f"{quote(name_or_path)} names a registered model, but the job records none")
+            raise ModelError(f"{quote(name_or_path)} names a stored model, but the job records none")
         try:
             folder = cached_model(open_store(settings), settings.cache_dir, registered.sha256)
         except FileNotFoundError as exc:
+            what = "the model" if registered.job is not None else "the registered model"
             raise ModelError(
-                f"the registered model {quote(name_or_path)} ({registered.sha256[:12]}) is not in the store"
+                f"{what} {quote(name_or_path)} ({registered.sha256[:12]}) is not in the store"
             ) from exc
         return str(folder.resolve())
     try:
@@ -346,6 +348,7 @@ def save_model_files(model: nn.Module, tokenizer: PreTrainedTokenizerBase, folde
     else:
         model.save_pretrained(str(folder), is_main_process=True)  # type: ignore[operator]
     tokenizer.save_pretrained(str(folder))
+    write_model_manifest(folder)  # what job:ID and promote take from here, by hash
 
 
 def load_model_files(model: nn.Module, folder: Path) -> None:

@@ -7,6 +7,10 @@ file under its sha256, the manifest of paths and hashes under its own sha256, wh
 hash; its row names it for its owner (shared/jobs_repo/model_objects.py: dedup within an owner
 only, objects no row holds removed or swept). A refused or cut-off upload keeps nothing. A job names it in
 `model_name_or_path` as `model:NAME`; workers fetch it by hash into their cache.
+
+POST /v1/jobs/{id}/model (`promote_router`) registers a job's final model, or one of its checkpoints,
+the same way without a byte through a client or the API: the worker wrote the model's manifest beside
+it, and the store copies each file it lacks to its blob (shared/jobs_repo/model_objects.py).
 """
 
 from __future__ import annotations
@@ -21,22 +25,32 @@ import anyio
 from fastapi import APIRouter, Query, Request, status
 from sqlalchemy.orm import Session
 
-from service.deps import After, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
+from service.deps import After, JobDep, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.uploads import FILE_FIELD, Received, receive_upload
 from service.schemas.jobs import ErrorResponse, Page
-from service.schemas.models import ModelDeleted, ModelPublic
+from service.schemas.models import ModelDeleted, ModelPromote, ModelPublic
 from shared import jobs_repo
 from shared.core.config import Settings
-from shared.core.errors import Conflict, InvalidRequest
+from shared.core.errors import Conflict, InvalidRequest, InvalidSpec
 from shared.core.storage import Store, StoreUnavailable, model_blob_key, model_manifest_key
 from shared.core.tables import StoredModel
-from shared.jobs_repo.model_objects import remove_unheld, restore_missing, store_model
+from shared.jobs_repo.model_objects import (
+    job_model_manifest,
+    pinned_objects,
+    read_model_type,
+    remove_unheld,
+    restore_missing,
+    store_job_model,
+    store_model,
+)
+from shared.jobs_repo.models import find_job_model
 from shared.jobspec.registered_models import NAME_PATTERN
 from shared.model_folders.uploads import check_model_folder, unpack_model_tar
 
 logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/models", tags=["models"])
+promote_router = APIRouter(prefix="/jobs", tags=["models"])
 
 UPLOAD_BODY: dict[str, Any] = {
     "required": True,
@@ -171,10 +185,77 @@ def delete_model(
         session, name=model.name, owner=model.owner, caller=principal.owner_filter
     )
     try:
-        if manifest:
+        # What a job's pinned model (job:ID in a stored spec) holds stays, whatever the rows say.
+        pinned_blobs, pinned_manifests = pinned_objects(store)
+        if manifest and deleted.sha256 not in pinned_manifests:
             store.delete(model_manifest_key(deleted.sha256))
-        for sha256 in sorted(blobs):
+        for sha256 in sorted(blobs - pinned_blobs):
             store.delete(model_blob_key(sha256))
     except StoreUnavailable as exc:  # the row is gone; the objects stay behind, unreferenced
         logger.warning("model %s: its files stay in the store: %s", deleted.name, exc.message)
     return ModelDeleted(name=deleted.name)
+
+
+@promote_router.post(
+    "/{job_id}/model",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ModelPublic,
+    responses={
+        404: {"model": ErrorResponse, "description": "No such job (or another owner's)"},
+        409: {
+            "model": ErrorResponse,
+            "description": "You already have a model of that name, or the job has no final model yet",
+        },
+        422: {
+            "model": ErrorResponse,
+            "description": "No such checkpoint, or a LoRA job's adapter without a merged model",
+        },
+        503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
+    },
+)
+def promote_model(
+    job: JobDep,
+    body: ModelPromote,
+    settings: SettingsDep,
+    store: StoreDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+) -> ModelPublic:
+    """Register the job's final model (or `checkpoint`: one of its declared checkpoints, or `best`) as
+    your model `name` (`model:NAME` in a spec), as GET /v1/models/{name} answers it. Nothing passes
+    through a client: the store copies the job's files by hash. 409 when you have a model of that name
+    or the job has not succeeded (its final model); 422 for a checkpoint it did not declare, or a LoRA
+    job's adapter (a LoRA job that saved a merged model gives that)."""
+    if jobs_repo.has_model(session, owner=principal.owner, name=body.name):
+        raise Conflict(
+            f"you already have a model named {body.name!r}: delete it first, or choose another name",
+            field="name",
+        )
+    source = body.source(job.id)
+    try:
+        found = find_job_model(session, source=source, caller=principal.owner_filter, field="checkpoint")
+        files = job_model_manifest(store, found, field="checkpoint")
+    except InvalidSpec as exc:  # the words a spec gets, about this request's field
+        raise InvalidRequest(exc.message, field="checkpoint") from None
+    scratch = settings.cache_dir / "uploads"
+    sha256 = store_job_model(store, found, files, scratch=scratch, pin=False)
+    new = jobs_repo.NewModel(
+        owner=principal.owner,
+        name=body.name,
+        sha256=sha256,
+        bytes=sum(f.bytes for f in files),
+        model_type=read_model_type(store, files),
+        files=[f.model_dump() for f in sorted(files, key=lambda f: f.path)],
+    )
+    try:
+        model = jobs_repo.add_model(session, new=new)  # Conflict: a racing request took the name
+    except BaseException:
+        try:
+            remove_unheld(session, store, files, sha256)
+        except Exception as exc:  # the database or the store is away: the start-up sweep removes them
+            logger.warning("a model's files stay in the store until the next sweep: %s", type(exc).__name__)
+        raise
+    # A model deleted meanwhile may have taken objects this one holds: copied again from the job.
+    store_job_model(store, found, files, scratch=scratch, pin=False)
+    logger.info("job %s: promoted to model %s (%s)", job.id, body.name, sha256[:12])
+    return ModelPublic.of(model, caller=principal.owner)

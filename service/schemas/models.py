@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared.core.tables import StoredModel
-from shared.jobspec.registered_models import ManifestFile, reference
+from shared.jobspec.job_sources import JobSource
+from shared.jobspec.registered_models import NAME_PATTERN, ManifestFile, reference
 
 
 class ModelPublic(BaseModel):
@@ -43,3 +44,29 @@ class ModelPublic(BaseModel):
 class ModelDeleted(BaseModel):
     name: str
     deleted: bool = True
+
+
+class ModelPromote(BaseModel):
+    """POST /v1/jobs/{id}/model: register the job's model as `model:NAME`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="The model's name: letters, digits, '.', '_' and '-', at most 64, starting with a "
+        "letter or digit; a job then names it model:NAME",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        pattern=r"^(best|checkpoint-[0-9]{1,10}|[0-9]{1,10})$",
+        description="One of the job's declared checkpoints (checkpoint-300, or the step: 300) or `best` "
+        "(its best by its ranking metric); null: the job's final model",
+        examples=["best", "checkpoint-300"],
+    )
+
+    def source(self, job_id: int) -> JobSource:
+        if self.checkpoint is None:
+            return JobSource(job_id)
+        if self.checkpoint == "best":
+            return JobSource(job_id, best=True)
+        return JobSource(job_id, step=int(self.checkpoint.removeprefix("checkpoint-")))

@@ -5,6 +5,9 @@ A model's files live in the store by sha256, its manifest by the manifest's sha2
 A job names a model in its spec (`model:NAME`, with the model's record under `registered_model`);
 `link_model` records that use inside the job's own transaction, locking the model's row, and
 `delete_model` refuses (409) while a queued or running job holds it, as for uploaded files.
+
+Another job's model (`job:ID…`, shared/jobspec/job_sources.py) has no row: `find_job_model` says
+where its files are in the job's folder, after the one ownership check, or why it cannot be used.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from shared.core.db import read, write
-from shared.core.errors import Conflict, NotFound
+from shared.core.errors import Conflict, InvalidSpec, NotFound
 from shared.core.ownership import _newest_first, _owned
-from shared.core.tables import Job, JobModel, StoredModel, utcnow
+from shared.core.tables import Checkpoint, Job, JobModel, JobStatus, StoredModel, utcnow
 from shared.jobs_repo.files import _USING
+from shared.jobspec.job_sources import CHECKPOINT_PREFIX, JobSource, job_reference
 
 
 @dataclass(frozen=True)
@@ -136,10 +140,84 @@ def delete_model(
     return model, {entry["sha256"] for entry in model.files} - blobs, model.sha256 not in manifests
 
 
+@dataclass(frozen=True)
+class JobModelFiles:
+    """Where a job's model is: `folder` in the job's folder ("" for its final model, "merged" for a
+    LoRA job's merged model, "checkpoints/checkpoint-300"), and the step of a checkpoint."""
+
+    job_id: int
+    owner: str | None
+    folder: str
+    step: int | None
+
+    @property
+    def reference(self) -> str:
+        return job_reference(self.job_id, self.step)
+
+
+def find_job_model(
+    session: Session, *, source: JobSource, caller: str | None, field: str = "spec.model_name_or_path"
+) -> JobModelFiles:
+    """The files of the model `source` names, through the one ownership check (`caller`: the owner a
+    non-admin caller must be); NotFound (also for another owner's job), Conflict when the job has not
+    got there yet (no final model before it succeeded), InvalidSpec when it never will."""
+    with read(session):
+        try:
+            job = _owned(session, Job, source.job_id, caller)
+        except NotFound:
+            raise NotFound(f"job {source.job_id} not found", field=field) from None
+        lora = bool(job.spec.get("apply_lora"))
+        name = job_reference(job.id) + ("/best" if source.best else "")
+        if source.is_final:
+            if job.status != JobStatus.succeeded:
+                raise Conflict(
+                    f"job {job.id} is {job.status}: its final model exists once it has succeeded; a "
+                    f"declared checkpoint ({job_reference(job.id)}/checkpoint-N) can be named before",
+                    field=field,
+                )
+            if lora:
+                if not job.spec.get("save_merged_model"):
+                    raise InvalidSpec(_lora_words(job.id, "its final model"), field=field)
+                return JobModelFiles(job.id, job.owner, "merged", None)
+            return JobModelFiles(job.id, job.owner, "", None)
+        query = select(Checkpoint).where(Checkpoint.job_id == job.id)
+        if source.best:
+            query = query.where(Checkpoint.is_best.is_(True))
+        else:
+            query = query.where(Checkpoint.step == source.step)
+        checkpoint = session.scalars(query.order_by(Checkpoint.step.desc())).first()
+        if checkpoint is None:
+            steps = list(
+                session.scalars(
+                    select(Checkpoint.step).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step)
+                )
+            )
+            have = (
+                f"its declared checkpoints are at steps {', '.join(map(str, steps[-10:]))}"
+                if steps
+                else "it has declared no checkpoint (save_strategy no, or none saved yet)"
+            )
+            what = "no best checkpoint" if source.best else f"no checkpoint at step {source.step}"
+            error = Conflict if not job.status.is_terminal and not steps else InvalidSpec
+            raise error(f"{name}: job {job.id} has {what}; {have}", field=field)
+        if lora:
+            raise InvalidSpec(_lora_words(job.id, f"its checkpoint at step {checkpoint.step}"), field=field)
+        folder = f"checkpoints/{CHECKPOINT_PREFIX}{checkpoint.step}"
+        return JobModelFiles(job.id, job.owner, folder, checkpoint.step)
+
+
+def _lora_words(job_id: int, what: str) -> str:
+    return (
+        f"job {job_id} trained a LoRA adapter: {what} is the adapter alone, which a new job cannot start "
+        "from yet; start from a LoRA job that saved a merged model (save_merged_model: true), or from "
+        "its base model"
+    )
+
+
 def link_model(session: Session, *, job: Job, registered: Mapping[str, Any] | None) -> None:
     """Record, inside the job's write transaction, the model the spec names (`registered`: the spec's
     `registered_model`); NotFound when it has been deleted or replaced since the spec was checked."""
-    if not registered:
+    if not registered or registered.get("job") is not None:  # a job's model has no row to hold
         return
     model = _named(session, registered.get("owner"), str(registered.get("name")), lock=True)
     if model is None or model.sha256 != registered.get("sha256"):

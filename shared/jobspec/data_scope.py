@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, quote
+from shared.jobspec.job_sources import JobSource, is_job_source, parse_job_source
 from shared.jobspec.registered_models import RegisteredModel, parse_reference
 from shared.jobspec.uploaded_files import UploadedFile
 
@@ -53,6 +54,9 @@ UploadResolver = Callable[[str, str], tuple[UploadedFile, bool]]
 # Finds a registered model by (owner or None for the caller's own, name) among those the caller may
 # use (NotFound otherwise): its record.
 ModelResolver = Callable[[str | None, str], RegisteredModel]
+# Finds another job's model (`job:ID…`) among the jobs the caller may use (NotFound otherwise), has
+# the store keep it by hash (shared/jobs_repo/model_objects.store_job_model): its record.
+JobModelResolver = Callable[[JobSource], RegisteredModel]
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class DataScope:
     owned_folder: str | None  # the caller's own files (their contents may be quoted back); None: all
     resolve_upload: UploadResolver | None = None  # None: no uploaded files here (the worker's re-check)
     resolve_model: ModelResolver | None = None  # None: no registered models here
+    resolve_job_model: JobModelResolver | None = None  # None: no jobs' models here
     # The sha256 of the uploaded files resolved for the caller that are the caller's own.
     own_uploads: set[str] = field(default_factory=set, compare=False)
     # What each resolved upload's check found ({sha256: …}), which the data checks use instead of
@@ -129,7 +134,9 @@ class DataScope:
     def registered(self, value: str, *, field: str, pinned: RegisteredModel | None = None) -> RegisteredModel:
         """The record of the registered model `value` (`model:NAME`, `model:OWNER/NAME`) the caller
         may use (NotFound otherwise); InvalidSpec when `pinned` (a record the spec carried) names
-        other files."""
+        other files. A job's model (`job:ID…`) the same way, through `resolve_job_model`."""
+        if is_job_source(value):
+            return self._job_model(value, field=field, pinned=pinned)
         try:
             owner, name = parse_reference(value)
         except ValueError as exc:
@@ -137,6 +144,21 @@ class DataScope:
         if self.resolve_model is None:
             raise InvalidSpec(f"{quote(value)}: registered models are not served here", field=field)
         record = self.resolve_model(owner, name)
+        if pinned is not None and pinned.sha256 != record.sha256:
+            raise InvalidSpec(
+                f"{value} holds files with sha256 {record.sha256}, not the {pinned.sha256} the spec pins",
+                field="registered_model.sha256",
+            )
+        return record
+
+    def _job_model(self, value: str, *, field: str, pinned: RegisteredModel | None) -> RegisteredModel:
+        try:
+            source = parse_job_source(value)
+        except ValueError as exc:
+            raise InvalidSpec(str(exc), field=field) from None
+        if self.resolve_job_model is None:
+            raise InvalidSpec(f"{quote(value)}: jobs' models are not served here", field=field)
+        record = self.resolve_job_model(source)
         if pinned is not None and pinned.sha256 != record.sha256:
             raise InvalidSpec(
                 f"{value} holds files with sha256 {record.sha256}, not the {pinned.sha256} the spec pins",
@@ -161,10 +183,12 @@ def data_scope(
     stored: dict[str, StoredUpload] | None = None,
     fetch: Callable[[UploadedFile], Path] | None = None,
     models: ModelResolver | None = None,
+    job_models: JobModelResolver | None = None,
 ) -> DataScope:
     """The scope of a caller: `owner` None means no keys are set (one user, who owns everything).
     `uploads` resolves the caller's uploaded files by id, filling `stored` with what their checks
-    found; `fetch` makes this machine's copy of one; `models` resolves their registered models by name."""
+    found; `fetch` makes this machine's copy of one; `models` resolves their registered models by name,
+    `job_models` their jobs' models (`job:ID…`)."""
     data_dir = Path(os.path.realpath(settings.data_dir))
     folder, owned = ("", None) if owner is None else ("", f"{OWNERS_DIR}/{owner_folder(owner)}")
     if owned is not None and not is_admin:
@@ -175,6 +199,7 @@ def data_scope(
         owned_folder=owned,
         resolve_upload=uploads,
         resolve_model=models,
+        resolve_job_model=job_models,
         stored_uploads=stored if stored is not None else {},
         fetch_upload=fetch,
     )

@@ -12,7 +12,10 @@ file: the stored spec says exactly which files the job trained from, by the mani
 The manifest lists the folder's files (relative path, size, sha256 of the bytes), sorted by path,
 written as canonical JSON; its own sha256 is the model's hash. Each file lives in the store under
 its sha256 (shared.core.storage.model_blob_key), so two models sharing a tokenizer store it once.
-This module is light (pydantic only): the client's command line uses it.
+Another job's model (`job:17`, `job:17/checkpoint-300`, `job:17/best`: shared/jobspec/job_sources.py)
+is stored the same way when a spec names it, and recorded the same way, with `job` and `checkpoint`
+saying where it came from; `is_registered` is true for both kinds of name: a model the store holds by
+hash. This module is light (pydantic only): the client's command line uses it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.jobspec.job_sources import is_job_source, parse_job_source
+
 PREFIX = "model:"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
@@ -32,12 +37,17 @@ SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 def is_registered(value: str) -> bool:
-    """Whether a spec's model_name_or_path names a registered model (`model:NAME`)."""
-    return value.startswith(PREFIX)
+    """Whether a spec's model_name_or_path names a model the store holds by hash: a registered model
+    (`model:NAME`) or another job's (`job:ID…`), which the API records under `registered_model`."""
+    return value.startswith(PREFIX) or is_job_source(value)
 
 
 def parse_reference(value: str) -> tuple[str | None, str]:
-    """(owner or None, name) of `model:NAME` or `model:OWNER/NAME`; ValueError saying what is wrong."""
+    """(owner or None, name) of `model:NAME` or `model:OWNER/NAME`; ValueError saying what is wrong.
+    A job's model (`job:ID…`) is checked here too, and is (None, the value itself)."""
+    if is_job_source(value):
+        parse_job_source(value)
+        return None, value
     rest = value.removeprefix(PREFIX)
     owner, _, name = rest.rpartition("/")
     if owner and not _OWNER.match(owner):
@@ -64,6 +74,19 @@ class RegisteredModel(BaseModel):
     owner: str | None = Field(default=None, description="Whose it is (None without API keys)")
     sha256: SHA256 = Field(description="The sha256 of its manifest: the job trains from exactly these files")
     bytes: int = Field(ge=0, description="Its files' size together")
+    # Left out of a registered model's record, which keeps its four fields (stored specs, older workers).
+    job: int | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        ge=1,
+        description="A job's model (job:ID): the job it came from (null: a registered model)",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        pattern=r"^checkpoint-[0-9]{1,10}$",
+        description="A job's checkpoint (job:ID/checkpoint-N, job:ID/best): which one; null: its final model",
+    )
 
 
 class ManifestFile(BaseModel):
