@@ -52,10 +52,11 @@ def broken_models(tmp_path: Path, models_dir: Path) -> Path:
     return folder
 
 
+# Each store once and each database once: what a user reads is written by the API's views, the same on
+# both databases, while the store decides what the places are (a bucket and an outage, or folders).
+# SQLite with S3 was a third run (143 s in CI, 45 CPU-s) that added neither a place nor a query.
 @pytest.mark.e2e
-@pytest.mark.parametrize(
-    ("db_url", "store"), [("sqlite", "s3"), ("sqlite", "local"), ("postgres", "s3")], indirect=["db_url"]
-)
+@pytest.mark.parametrize(("db_url", "store"), [("sqlite", "local"), ("postgres", "s3")], indirect=["db_url"])
 def test_no_answer_to_a_user_key_names_a_place(
     request: pytest.FixtureRequest,
     settings_factory: Any,
