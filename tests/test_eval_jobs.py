@@ -166,3 +166,52 @@ def test_an_evaluation_job_reproduces_the_training_jobs_final_evaluation(
     assert any("no training (do_train false)" in line for line in reporter.logs)
     assert trained.steps("eval")[-1] == trained_result["completed_steps"]
     assert (trained_dir / "config.json").is_file()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # nothing here is the database's
+def test_the_api_plans_stores_and_refuses_jobs_that_do_not_train(settings: Settings, db: Any) -> None:
+    """One API: the dry run plans no optimizer step, the job is stored with its kind, bad ones get a 422
+    naming each field."""
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from tests.e2e import LOOPBACK_URL
+
+    client = TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
+    spec = {
+        "model_name_or_path": TINY_MODEL,
+        "task_name": "mrpc",
+        "do_train": False,
+        "do_eval": True,
+        "seed": 1,
+    }
+
+    response = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec})
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    schedule = plan["schedule"]
+    assert (schedule["kind"], schedule["total_optimizer_steps"], schedule["evaluation_steps"]) == (
+        "eval",
+        0,
+        [0],
+    )
+    assert schedule["checkpoints"] == 0 and schedule["eval_batches"]["eval"] > 0
+    assert "train" not in plan["data"]["splits"] and "train" not in plan["data"]["unread"]
+    assert plan["tokens"]["status"] == "measured" and "eval" in plan["tokens"]
+    assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer"] == 0
+    assert not plan["warnings"]
+
+    created = client.post("/v1/jobs", json={"spec": spec})
+    assert created.status_code == 201, created.text
+    stored = created.json()["spec"]
+    assert (stored["do_train"], stored["job_kind"], stored["eval_strategy"], stored["save_strategy"]) == (
+        False,
+        "eval",
+        "no",
+        "no",
+    )
+
+    refused = client.post("/v1/jobs", json={"spec": {**spec, "do_eval": None, "learning_rate": 0.1}})
+    assert refused.status_code == 422
+    fields = {problem["field"] for problem in refused.json()["error"]["errors"]}
+    assert fields == {"spec.do_train", "spec.learning_rate"}

@@ -28,8 +28,8 @@ from shared.data.reading import JobData, Split
 from shared.jobspec.column_mapping import ColumnMapping
 from shared.jobspec.data_scope import DataScope
 from shared.jobspec.schedule import spec_schedule
-from shared.jobspec.spec import JobSpec
-from shared.jobspec.tasks import TASKS
+from shared.jobspec.spec import JobSpec, job_kind
+from shared.jobspec.tasks import EVAL_SPLIT, TASKS
 from shared.model_folders.reading import api_model_folder, count, read_config, safetensors_shapes
 from shared.submission.data_checks import DataReport, read_and_check
 
@@ -65,10 +65,15 @@ def plan_job(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str
     data, report = read_and_check(spec, settings, scope=scope)
     data = _with_sampled_texts(spec, data, settings, scope)
     train_rows = len(data.train) if data.train is not None else None
-    schedule = training_schedule(spec, train_rows, {name: len(rows) for name, rows in data.evals.items()})
+    eval_rows = {name: len(rows) for name, rows in data.evals.items()}
+    if spec.trains:
+        schedule = training_schedule(spec, train_rows, eval_rows)
+    else:
+        schedule = evaluation_schedule(spec, eval_rows, test_rows=len(data.test) if data.test else None)
     tokens = token_lengths(spec, settings, data)
     num_labels = 1 if report.is_regression else len(report.label_names or ())
-    longest = tokens.get("train", {}).get("longest") if tokens["status"] == "measured" else None
+    measured_split = "train" if spec.trains else EVAL_SPLIT
+    longest = tokens.get(measured_split, {}).get("longest") if tokens["status"] == "measured" else None
     memory = memory_estimate(spec, settings, num_labels=num_labels, longest=longest)
     return {
         "dry_run": True,
@@ -155,6 +160,29 @@ def training_schedule(spec: JobSpec, train_rows: int | None, eval_rows: dict[str
     }
 
 
+def evaluation_schedule(spec: JobSpec, eval_rows: dict[str, int], *, test_rows: int | None) -> dict[str, Any]:
+    """A job that does not train (do_train false): no optimizer step, one evaluation of the model as
+    loaded (at step 0) and/or its predictions, no checkpoint."""
+    processes = spec.num_processes
+    evaluations = [0] if spec.do_eval else []
+    return {
+        "status": "known",
+        "kind": job_kind(spec),
+        "processes": processes,
+        "total_optimizer_steps": 0,
+        "evaluations": len(evaluations),
+        "evaluation_steps": evaluations,
+        "checkpoints": 0,
+        "eval_batches": {
+            name: math.ceil(math.ceil(rows / spec.per_device_eval_batch_size) / processes)
+            for name, rows in eval_rows.items()
+        }
+        if spec.do_eval
+        else {},
+        "predicted_rows": test_rows,
+    }
+
+
 def _steps_at(
     strategy: str, every: int | None, total: int, steps_per_epoch: int, epochs: int, *, final: bool
 ) -> list[int]:
@@ -183,14 +211,18 @@ def token_lengths(spec: JobSpec, settings: Settings, data: JobData) -> dict[str,
     path = folder / "tokenizer.json"
     if not path.is_file():
         return {"status": "unknown", "reason": "the model folder has no tokenizer.json (a fast tokenizer)"}
-    if data.train is None:
+    if data.train is None and spec.trains:
         return {
             "status": "unknown",
             "reason": "the training rows come from the Hub, which the API does not read",
         }
     # Sampled here (the seed, the first rows), measured in a child under limits: the tokenizer is the
-    # model owner's program (service/dry_run/tokenizer_child.py).
-    splits = {"train": data.train, **data.evals}
+    # model owner's program (service/dry_run/tokenizer_child.py). A job that does not train: its
+    # evaluation rows.
+    splits = {"train": data.train} if data.train is not None else {}
+    splits.update(data.evals)
+    if not splits:
+        return {"status": "unknown", "reason": "the job reads no rows the API measures (a test split alone)"}
     inputs = {name: _inputs(rows) for name, rows in splits.items()}
     answer, value = _measure_in_child(
         spec, settings, str(path), [(name, texts) for name, (texts, _) in inputs.items()]
@@ -381,13 +413,18 @@ def memory_estimate(
         trainable = parameters - _word_embedding_parameters(config, shapes, hidden)
     else:
         trainable = parameters
+    if not spec.trains:
+        trainable = 0  # no gradient, no optimizer state
     # The spec's precision: a worker without bf16 units trains a `fast` job in fp32
     # (worker/precision.py), which this plan cannot know; the estimate is then low on activations.
     mixed = spec.mixed_precision != "no"
     sequence = spec.max_length if spec.pad_to_max_length or longest is None else longest
-    batch = spec.per_device_train_batch_size
+    batch = spec.per_device_train_batch_size if spec.trains else spec.per_device_eval_batch_size
     per_layer_16bit = sequence * batch * hidden * (34 + 5 * heads * sequence / hidden)
-    activations = int(layers * per_layer_16bit * (1 if mixed else 2))
+    # Without gradients (evaluation under no_grad) a layer's activations are freed once the next has
+    # its input: about one layer's worth at a time, not every layer's.
+    held_layers = layers if spec.trains else 1
+    activations = int(held_layers * per_layer_16bit * (1 if mixed else 2))
     # fp32 master weights (the worker loads them so); autocast keeps 16-bit copies of them too.
     weights = 4 * parameters + (2 * parameters if mixed else 0)
     gradients, optimizer = 4 * trainable, 8 * trainable
@@ -492,7 +529,7 @@ def _warnings(
         absent = [name for name, n in train.label_counts.items() if n == 0]
         if absent:
             warnings.append(f"no training rows for label(s) {', '.join(absent)}")
-    if schedule.get("status") == "known":
+    if schedule.get("status") == "known" and spec.trains:
         if spec.logging_steps > schedule["total_optimizer_steps"]:
             warnings.append(
                 f"logging_steps {spec.logging_steps} is more than the {schedule['total_optimizer_steps']} "

@@ -171,7 +171,9 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
         refusal = InvalidSpec(problems=strays)
         _cache.put(key, refusal)
         raise refusal
-    report = _report(data, predict, own_labels=spec.task_name is None, max_length=spec.max_length)
+    report = _report(
+        data, predict, own_labels=spec.task_name is None, max_length=spec.max_length, trains=spec.trains
+    )
     if spec.predicts_glue_test and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
@@ -314,7 +316,7 @@ def _predict_splits(spec: JobSpec, settings: Settings) -> dict[str, PredictSplit
 
 
 def _report(
-    data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool, max_length: int
+    data: JobData, predict: dict[str, PredictSplit], *, own_labels: bool, max_length: int, trains: bool = True
 ) -> DataReport:
     splits: dict[str, SplitReport] = {}
     named = {"train": data.train, **data.evals, "test": data.test}
@@ -322,7 +324,7 @@ def _report(
         if rows is not None:
             splits[name] = _split_report(rows, data)
     unread = list(data.unread)
-    if data.train is None and not any(item.startswith("train:") for item in unread):
+    if trains and data.train is None and not any(item.startswith("train:") for item in unread):
         unread.insert(0, "train")
     return DataReport(
         splits=splits,
