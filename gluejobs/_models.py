@@ -51,3 +51,11 @@ def models_call(page_size: int) -> Call:
 
 def model_path(name: str, owner: str | None) -> tuple[str, dict[str, str] | None]:
     return f"/v1/models/{quote(name, safe='')}", query(owner=owner) or None
+
+
+def promote_call(job_id: int, name: str, checkpoint: str | int | None) -> Call:
+    """POST /v1/jobs/{id}/model: the job's model (or a checkpoint: `checkpoint-300`, 300, `best`)
+    registered as `model:NAME`; the store copies its files, nothing is sent but the names."""
+    body = {"name": name, "checkpoint": None if checkpoint is None else str(checkpoint)}
+    # Not idempotent: a retry after the API registered it would answer 409 (the name is taken).
+    return Call("POST", f"/v1/jobs/{int(job_id)}/model", json=body, idempotent=False)

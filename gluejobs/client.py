@@ -64,7 +64,7 @@ from gluejobs._core import (
 )
 from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
 from gluejobs._files import LocalFile
-from gluejobs._models import model_path, models_call, packed_folder, upload_call
+from gluejobs._models import model_path, models_call, packed_folder, promote_call, upload_call
 from gluejobs._searches import AsyncSearches, Searches, SearchOptions
 from gluejobs._types import (
     TERMINAL_STATUSES,
@@ -609,6 +609,13 @@ class Models:
         with packed_folder(folder) as tar_path:
             return self._c._one(upload_call(tar_path, name), ModelInfo)
 
+    def promote(self, job_id: int, *, name: str, checkpoint: str | int | None = None) -> ModelInfo:
+        """Register job `job_id`'s final model (or `checkpoint`: one it declared, `checkpoint-300` or
+        300, or `best`) as your model `name`, without moving its bytes: the API's store copies them.
+        ApiError 404 for a job you cannot see, 409 when the name is taken or the job has not
+        succeeded, 422 for a checkpoint it did not declare or a LoRA job's adapter."""
+        return self._c._one(promote_call(job_id, name, checkpoint), ModelInfo)
+
     def list(self, *, page_size: int = 100) -> Iterator[ModelInfo]:
         return self._c._paginate(models_call(page_size), ModelInfo.from_json)
 
@@ -909,6 +916,9 @@ class AsyncModels:
     async def upload(self, folder: Destination, *, name: str) -> ModelInfo:
         with packed_folder(folder) as tar_path:
             return await self._c._one(upload_call(tar_path, name), ModelInfo)
+
+    async def promote(self, job_id: int, *, name: str, checkpoint: str | int | None = None) -> ModelInfo:
+        return await self._c._one(promote_call(job_id, name, checkpoint), ModelInfo)
 
     def list(self, *, page_size: int = 100) -> AsyncIterator[ModelInfo]:
         return self._c._paginate(models_call(page_size), ModelInfo.from_json)

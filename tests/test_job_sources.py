@@ -5,12 +5,17 @@ writes), and the job is finished as a worker finishes it (tests/dbutil.finish_as
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from gluejobs import ApiError, AsyncClient, Client
+from gluejobs.cli import main as cli
 from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.storage import model_blob_key, model_manifest_key, open_store
@@ -36,7 +41,7 @@ def _model_folder(source: Path, folder: Path) -> None:
 
 
 def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
-    settings_factory: Any, db_url: str, db: Database, models_dir: Path
+    settings_factory: Any, db_url: str, db: Database, models_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings: Settings = settings_factory(
         db_url,
@@ -132,8 +137,26 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
         assert named["spec"]["registered_model"]["sha256"] == sha256
         assert http.post(f"/v1/jobs/{named['id']}/cancel", headers=alice).status_code in (200, 202)
 
+        # The client (both) and the command line promote too; another owner gets 404 there as well.
+        url = str(http.base_url)
+        with Client(url, api_key=ALICE) as client:
+            assert client.models.promote(source, name="by-client", checkpoint=4).sha256 == sha256
+        with Client(url, api_key=BOB) as client, pytest.raises(ApiError) as not_bobs:
+            client.models.promote(source, name="mine")
+        assert not_bobs.value.status_code == 404
+
+        async def promote_async() -> str:
+            async with AsyncClient(url, api_key=ALICE) as client:
+                return (await client.models.promote(source, name="by-async", checkpoint="best")).sha256
+
+        assert asyncio.run(promote_async()) == sha256
+        capsys.readouterr()
+        argv = ["models", "promote", f"job:{source}", "--name", "by-cli", "--url", url, "--api-key", ALICE]
+        assert cli([*argv, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["model_name_or_path"] == "model:by-cli"
+
         # The pin keeps the bytes through the models' deletion and the sweep.
-        for name in ("from-job", "b"):
+        for name in ("from-job", "b", "by-client", "by-async", "by-cli"):
             assert http.delete(f"/v1/models/{name}", headers=alice).status_code == 200
         sweep_model_orphans(db, store, grace_s=0)
         assert store.exists(model_manifest_key(sha256))

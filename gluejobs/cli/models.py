@@ -1,4 +1,5 @@
-"""`gluejobs models upload|ls|rm`: model folders registered once, named in a spec as `model:NAME`."""
+"""`gluejobs models upload|promote|ls|rm`: model folders registered once (or a job's model promoted),
+named in a spec as `model:NAME`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gluejobs.client import ModelInfo
 
 @click.group("models", cls=Group)
 def models() -> None:
-    """Registered models: upload, ls, rm. A job names one as model:NAME."""
+    """Registered models: upload, promote, ls, rm. A job names one as model:NAME."""
 
 
 @models.command("upload", cls=ClientCommand, json="the model")
@@ -22,6 +23,27 @@ def upload(api: Invocation, folder: str, name: str) -> None:
     The folder save_pretrained writes: config, tokenizer, weights."""
     with api.client() as client:
         model = client.models.upload(folder, name=name)
+    api.show(
+        model.raw, [_line(model), f'name it in a job: "model_name_or_path": "{model.model_name_or_path}"']
+    )
+
+
+@models.command("promote", cls=ClientCommand, json="the model")
+@click.argument("job")
+@click.option("--name", required=True, help="Its name; a job names it model:NAME.")
+@click.option(
+    "--checkpoint",
+    help="One of the job's declared checkpoints (checkpoint-300, or 300), or best; default: its final model.",
+)
+def promote(api: Invocation, job: str, name: str, checkpoint: str | None) -> None:
+    """Register a job's model under a name, without downloading it.
+
+    JOB is the job's id (17, or job:17). The API's store copies the files."""
+    job_id = job.removeprefix("job:")
+    if not job_id.isdigit():
+        raise click.BadParameter(f"{job!r} is not a job id (17, or job:17)", param_hint="JOB")
+    with api.client() as client:
+        model = client.models.promote(int(job_id), name=name, checkpoint=checkpoint)
     api.show(
         model.raw, [_line(model), f'name it in a job: "model_name_or_path": "{model.model_name_or_path}"']
     )
