@@ -8,8 +8,15 @@ from typing import Any
 
 from gluejobs.client import Checkpoint, Job
 from gluejobs.output import aligned, text, when
+from shared.jobspec.spec import job_kind
 
-LS_COLUMNS = ("id", "status", "task", "model", "metric", "progress", "duration", "created")
+LS_COLUMNS = ("id", "status", "kind", "task", "model", "metric", "progress", "duration", "created")
+# What `gluejobs show` says a job does (shared/jobspec/spec.py's job_kind decides which).
+KIND_WORDS = {
+    "train": "train: fine-tunes the model",
+    "eval": "eval: evaluates the model as loaded, no training (do_train false)",
+    "predict": "predict: predictions of the model as loaded, no training (do_train false)",
+}
 LS_RIGHT = frozenset({"id", "metric"})
 
 
@@ -18,6 +25,7 @@ def ls_row(job: Job) -> list[str]:
         str(job.id),
         # A queued job held back says by what (`gluejobs show` gives the whole message).
         f"{job.status} ({job.waiting_for.get('reason')})" if job.waiting_for else job.status,
+        kind(job),
         task(job),
         str(job.spec.get("model_name_or_path", "")),
         headline(job),
@@ -35,6 +43,7 @@ def waiting(reason: dict[str, str]) -> str:
 def summary(job: Job, checkpoints: list[Checkpoint]) -> list[str]:
     """`gluejobs show`: what the job is and did, then its spec, each block's values in one column."""
     head: list[tuple[str, Any]] = [
+        ("kind", KIND_WORDS[kind(job)]),
         ("task", task(job)),
         ("model", job.spec.get("model_name_or_path")),
         ("created", when(job.created_at)),
@@ -120,6 +129,11 @@ def reproduction_lines(result: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def kind(job: Job) -> str:
+    """train, eval or predict: what the job does."""
+    return job_kind(job.spec)
+
+
 def task(job: Job) -> str:
     return str(job.spec.get("task_name") or job.spec.get("train_file") or "")
 
@@ -131,6 +145,8 @@ def headline(job: Job) -> str:
 
 
 def progress(job: Job) -> str:
+    if kind(job) != "train":  # no steps to count: whether its one evaluation is in
+        return "evaluated" if job.latest_metrics.get("eval") else ""
     train = job.latest_metrics.get("train") or {}
     step = train.get("step")
     if step is None:
@@ -176,6 +192,18 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
 def _schedule_line(schedule: dict[str, Any], spec: dict[str, Any]) -> str:
     if schedule["status"] != "known":
         return f"schedule: unknown ({schedule['reason']})"
+    if schedule.get("kind", "train") != "train":
+        batches = ", ".join(f"{name} {n}" for name, n in schedule["eval_batches"].items())
+        predicted = schedule.get("predicted_rows")
+        return (
+            f"schedule: no training ({schedule['kind']}): 0 optimizer steps, {schedule['evaluations']} "
+            "evaluation"
+            + ("" if schedule["evaluations"] == 1 else "s")
+            + (" at step 0" if schedule["evaluations"] else "")
+            + (f" ({batches} batches)" if batches else "")
+            + (f", {predicted} rows predicted" if predicted is not None else "")
+            + ", 0 checkpoints"
+        )
     steps = ", ".join(map(str, schedule["evaluation_steps"]))
     # The epochs asked for (2.5), unless max_train_steps decides: then the epochs the steps span.
     epochs = (
@@ -195,6 +223,12 @@ def _schedule_line(schedule: dict[str, Any], spec: dict[str, Any]) -> str:
 def _tokens_line(tokens: dict[str, Any]) -> str:
     if tokens["status"] != "measured":
         return f"tokens: unknown ({tokens['reason']})"
+    if "train" not in tokens:  # a job that does not train: its evaluation rows
+        rows = tokens.get("eval") or {}
+        return (
+            f"tokens: eval longest {rows.get('longest')}, mean {rows.get('mean')} ({rows.get('sample')}, "
+            f"{rows.get('truncated_rows')} truncated)"
+        )
     train = tokens["train"]
     padding = train["padding"]
     schemes = ", ".join(

@@ -215,3 +215,37 @@ def test_the_api_plans_stores_and_refuses_jobs_that_do_not_train(settings: Setti
     assert refused.status_code == 422
     fields = {problem["field"] for problem in refused.json()["error"]["errors"]}
     assert fields == {"spec.do_train", "spec.learning_rate"}
+
+
+def test_the_cli_shows_what_a_job_does() -> None:
+    """`gluejobs ls` and `show` name the kind (one rule: job_kind) and count no steps for an evaluation."""
+    from gluejobs import job_view
+    from gluejobs.client import Job
+
+    stored = _spec(do_train=False, do_eval=True).model_dump(mode="json")
+    job = Job.from_json(
+        {
+            "id": 4,
+            "status": "succeeded",
+            "spec": stored,
+            "latest_metrics": {"eval": {"accuracy": 0.5, "step": 0}},
+        }
+    )
+    training = Job.from_json({"id": 5, "status": "queued", "spec": _spec().model_dump(mode="json")})
+
+    row = dict(zip(job_view.LS_COLUMNS, job_view.ls_row(job), strict=True))
+    assert (row["kind"], row["progress"]) == ("eval", "evaluated")
+    assert dict(zip(job_view.LS_COLUMNS, job_view.ls_row(training), strict=True))["kind"] == "train"
+    shown = "\n".join(job_view.summary(job, []))
+    assert "eval: evaluates the model as loaded, no training (do_train false)" in shown
+    plan = {
+        "status": "known",
+        "kind": "eval",
+        "evaluations": 1,
+        "eval_batches": {"eval": 3},
+        "predicted_rows": None,
+    }
+    assert job_view._schedule_line(plan, stored) == (
+        "schedule: no training (eval): 0 optimizer steps, 1 evaluation at step 0 (eval 3 batches), "
+        "0 checkpoints"
+    )

@@ -198,6 +198,15 @@ const statusBadge = (status) => h("span", { class: `status ${status}`, "data-sta
  * spec holds an upload's id, file-1, which tells its reader nothing). */
 const fileNames = (job) => [...new Set((job.data_files || []).map((f) => f.filename))];
 const taskOf = (job) => job.spec.task_name || fileNames(job).join(", ") || job.spec.train_file || "";
+/* What a job does: train, or for a job with do_train false eval / predict (the job_kind the API fills
+ * into its spec; shared/jobspec/spec.py's job_kind is the rule). */
+const jobKind = (job) => (["eval", "predict"].includes(job.spec.job_kind) ? job.spec.job_kind : "train");
+const KIND_TEXT = {
+  train: "train",
+  eval: "eval: the model as loaded, evaluated (no training)",
+  predict: "predict: the model as loaded, predicting (no training)",
+};
+const kindBadge = (job) => (jobKind(job) === "train" ? null : h("span", { class: "kind muted", "data-kind": jobKind(job) }, ` · ${jobKind(job)}`));
 
 /* The spec's column mapping ("text ← review, label ← sentiment"): which columns of the files train. */
 const MAPPED_COLUMNS = [["text_column", "text"], ["text_pair_column", "text pair"], ["label_column", "label"]];
@@ -266,6 +275,9 @@ async function maxSteps(job) {
 const waitingText = (job) => (job.waiting_for && job.waiting_for.message) || "waiting";
 
 function progressCell(job, total) {
+  if (jobKind(job) !== "train" && job.status !== "queued") {
+    return h("span", { class: "muted" }, (job.latest_metrics || {}).eval ? "evaluated" : "");
+  }
   const train = (job.latest_metrics || {}).train || {};
   if (train.step === undefined) {
     if (job.status !== "queued") return h("span", { class: "muted" }, "");
@@ -360,7 +372,7 @@ async function jobsView(view, params) {
         h("td", { class: "num" }, h("a", { href: `#/jobs/${job.id}` }, job.id)),
         h("td", { class: "owner" }, job.owner ?? "—"),
         h("td", {}, jobStatus(job)),
-        h("td", { class: "wrap" }, taskOf(job)),
+        h("td", { class: "wrap" }, taskOf(job), kindBadge(job)),
         h("td", { class: "wrap" }, job.spec.model_name_or_path),
         h("td", { class: "num metric wrap" }, headline(job)),
         h("td", {}, progressCell(job, totals[i])),
@@ -447,6 +459,10 @@ async function jobView(view, jobId) {
   const notice = h("p", { class: "error", id: "job-error" });
   const streamNotice = h("p", { class: "error", id: "stream-error" });
   const charts = h("div", { class: "charts" });
+  // A job that does not train has no curve: its one evaluation (step 0) as a table instead.
+  const trains = jobKind(job) === "train";
+  const evaluation = h("tbody", { id: "evaluation" });
+  charts.hidden = !trains;
   const checkpointsBody = h("tbody", { id: "checkpoints" });
   const events = h("ul", { class: "events", id: "events" });
   const log = h("pre", { class: "log", id: "log" });
@@ -459,7 +475,8 @@ async function jobView(view, jobId) {
       job.rerun_of ? jobLink(job.rerun_of, `rerun of job ${job.rerun_of}`, { id: "job-rerun-of" }) : null,
       h("a", { href: `#/compare?ids=${jobId}` }, "compare…")),
     h("div", { class: "card" }, facts, notice, streamNotice),
-    h("h2", {}, "Curves"), charts,
+    h("h2", {}, trains ? "Curves" : "Evaluation"), charts,
+    trains ? null : h("table", { id: "evaluation-table" }, h("thead", {}, h("tr", {}, ["split", "metric", "value"].map((c) => h("th", {}, c)))), evaluation),
     h("div", { class: "two" },
       h("div", {}, h("h2", {}, "Checkpoints"), h("table", {}, h("thead", {}, h("tr", {}, ["step", "epoch", "metrics", ""].map((c) => h("th", {}, c)))), checkpointsBody)),
       h("div", {}, h("h2", {}, "Artifacts"), h("table", {}, h("thead", {}, h("tr", {}, ["path", "kind", "size"].map((c) => h("th", {}, c)))), artifacts))),
@@ -479,6 +496,7 @@ async function jobView(view, jobId) {
     fill(facts,
       fact("owner", "owner", job.owner ?? "—"),
       job.status === "queued" ? fact("waiting", "waiting for", waitingText(job)) : null,
+      fact("kind", "kind", KIND_TEXT[jobKind(job)]),
       fact("task", "task / files", taskOf(job)), fact("model", "model", job.spec.model_name_or_path),
       job.spec.task_name ? null : fact("files", "data files", (job.data_files || []).map((f) => h("div", {}, fileText(f)))),
       mappingText(job.spec) ? fact("mapping", "column mapping", mappingText(job.spec)) : null,
@@ -492,6 +510,12 @@ async function jobView(view, jobId) {
       fact("seed", "seed", job.spec.seed),
       fact("train-loss", `train loss${train.step !== undefined ? ` (step ${train.step})` : ""}`, fmt(train.loss)));
     notice.textContent = job.error ? plainText(`${job.error_code ? `${job.error_code}: ` : ""}${job.error}`) : "";
+    if (!trains) {
+      const rows = Object.entries(job.latest_metrics || {}).filter(([split]) => split !== "train").flatMap(([split, values]) =>
+        Object.entries(values).filter(([name]) => name !== "step" && name !== "epoch").map(([name, value]) =>
+          h("tr", {}, h("td", {}, split), h("td", {}, name), h("td", { class: "num" }, fmt(value)))));
+      evaluation.replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 3, class: "muted" }, jobKind(job) === "predict" ? "predictions only: see the artifacts" : "not evaluated yet"))]));
+    }
   }
 
   const loss = new Chart(charts, "loss", "step");
