@@ -52,7 +52,12 @@ def test_owners_list_and_quota_changes(api: httpx.Client, keyed: Settings) -> No
     alice = next(o for o in everyone if o["name"] == "alice")
     assert {o["name"] for o in everyone} >= {"alice", "bob", "root"}
     assert alice["queued_jobs"] == 1 and alice["devices_in_use"] == 0 and alice["share"] == 1
-    assert alice["quota"] == {"max_devices": None, "max_queued": 3, "max_device_hours_per_day": None}
+    assert alice["quota"] == {
+        "max_devices": None,
+        "max_queued": 3,
+        "max_device_hours_per_day": None,
+        "max_storage_bytes": None,
+    }
     assert alice["quota_source"]["max_queued"] == "default"
     own = api.get("/v1/owners", headers=auth(BOB)).json()["data"]
     assert [o["name"] for o in own] == ["bob"]

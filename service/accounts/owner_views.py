@@ -1,4 +1,5 @@
-"""Owners as GET /v1/owners shows them (what each holds, queues and used; its effective quota), and
+"""Owners as GET /v1/owners shows them (what each holds, queues and used, its bytes in the store; its
+effective quota), and
 the admins' change of an owner's share and quotas (PATCH /v1/owners/{name}), with its audit entry."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from service.accounts import audit
 from shared.core.db import read, write
 from shared.core.errors import InvalidRequest, quote
 from shared.core.owners import RESERVED_PREFIX, ensure_owner, is_reserved_owner_name
-from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner
+from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota
 from shared.queue.quotas import QUOTA_FIELDS, QuotaDefaults, device_hours_24h, effective_quota
+from shared.queue.storage_usage import StorageUsage, own_storage_limits, storage_by_owner
 
 SETTABLE = ("share", *QUOTA_FIELDS)
 
@@ -29,6 +31,7 @@ class OwnerView:
     device_hours_24h: float
     quota: dict[str, Any]
     quota_source: dict[str, str]
+    storage: dict[str, int]
 
 
 def list_owners(session: Session, *, defaults: QuotaDefaults, owner: str | None = None) -> list[OwnerView]:
@@ -53,17 +56,35 @@ def list_owners(session: Session, *, defaults: QuotaDefaults, owner: str | None 
                 row["devices"] += int(devices)
         rows = select(Owner) if owner is None else select(Owner).where(Owner.name == owner)
         owners = {o.name: o for o in session.scalars(rows)}
-        names = sorted(set(owners) | set(tally) | ({owner} if owner else set()))
-        hours = device_hours_24h(session, None if owner is None else [owner])
+        only = None if owner is None else [owner]
+        stored = storage_by_owner(session, only)
+        limits = own_storage_limits(session, only)
+        names = sorted(set(owners) | set(tally) | set(stored) | ({owner} if owner else set()))
+        hours = device_hours_24h(session, only)
     return [
-        _view(name, owners.get(name), tally.get(name, {}), hours.get(name, 0.0), defaults) for name in names
+        _view(
+            name,
+            owners.get(name),
+            tally.get(name, {}),
+            hours.get(name, 0.0),
+            defaults,
+            stored.get(name, StorageUsage()),
+            limits.get(name),
+        )
+        for name in names
     ]
 
 
 def _view(
-    name: str, row: Owner | None, tally: dict[str, int], hours: float, defaults: QuotaDefaults
+    name: str,
+    row: Owner | None,
+    tally: dict[str, int],
+    hours: float,
+    defaults: QuotaDefaults,
+    stored: StorageUsage,
+    own_storage: int | None,
 ) -> OwnerView:
-    quota = effective_quota(row, defaults)
+    quota = effective_quota(row, defaults, own_storage=own_storage)
     return OwnerView(
         name=name,
         share=row.share if row is not None else 1.0,
@@ -73,6 +94,7 @@ def _view(
         device_hours_24h=round(hours, 4),
         quota=quota.limits,
         quota_source=quota.source,
+        storage=stored.as_dict(),
     )
 
 
@@ -99,15 +121,29 @@ def set_owner_quota(
             )
         ensure_owner(session.connection(), name)
         row = session.scalars(select(Owner).where(Owner.name == name).with_for_update()).one()
-        before = {field: getattr(row, field) for field in changes}
+        storage = session.get(OwnerStorageQuota, name)
+        before = {field: _setting(row, storage, field) for field in changes}
         for field, value in changes.items():
-            setattr(row, field, 1.0 if field == "share" and value is None else value)
+            if field == "max_storage_bytes":
+                if storage is None:
+                    storage = OwnerStorageQuota(owner=name)
+                    session.add(storage)
+                storage.max_storage_bytes = value
+            else:
+                setattr(row, field, 1.0 if field == "share" and value is None else value)
         audit.record(
             session,
             actor=actor,
             actor_key_id=actor_key_id,
             action="quota.set",
             target=f"owner {name}",
-            data={"before": before, "after": {field: getattr(row, field) for field in changes}},
+            data={"before": before, "after": {field: _setting(row, storage, field) for field in changes}},
         )
     return list_owners(session, defaults=defaults, owner=name)[0]
+
+
+def _setting(row: Owner, storage: OwnerStorageQuota | None, field: str) -> Any:
+    """An owner's own setting: a column of its row, or its storage quota's row."""
+    if field == "max_storage_bytes":
+        return storage.max_storage_bytes if storage is not None else None
+    return getattr(row, field)

@@ -8,6 +8,7 @@ store they upload to, so the API can run on a machine that never saw a worker's 
 from __future__ import annotations
 
 import io
+import logging
 from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Annotated
@@ -15,17 +16,24 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 
-from service.deps import JobDep, PrincipalDep, SettingsDep, StoreDep
+from service.deps import JobDep, JobId, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.downloads import folder_of, stored_download
 from service.files.job_folders import LocalFolder, Member, kind_of, read_log, tar_stream
-from service.schemas.jobs import ArtifactList, ArtifactPublic
+from service.schemas.jobs import ArtifactList, ArtifactPublic, ErrorResponse
+from service.schemas.storage import CheckpointsRemoved
 from service.user_views import log_for_user
 from shared.core.config import Settings
-from shared.core.errors import NotFound, quote
-from shared.core.storage import job_key
+from shared.core.errors import InvalidRequest, NotFound, quote
+from shared.core.storage import StoreUnavailable, job_key
 from shared.core.tables import Job
+from shared.jobs_repo.storage_usage import finish_deletions, remove_checkpoints
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+# The most checkpoint names one `keep` takes (a job rarely keeps more than a few).
+MAX_KEEP = 1000
 
 ATTEMPT_HEADER = "X-Gluejobs-Attempt"
 LOG_OFFSET_HEADER = "X-Gluejobs-Log-Offset"
@@ -140,3 +148,47 @@ def _for_user(settings: Settings, job: Job, folder: str, member: Member) -> Memb
     with member.open() as handle:
         text = log_for_user(settings, job, handle.read().decode("utf-8", errors="replace")).encode()
     return replace(member, size=len(text), open=lambda: io.BytesIO(text))
+
+
+@router.delete(
+    "/{job_id}/checkpoints",
+    response_model=CheckpointsRemoved,
+    responses={409: {"model": ErrorResponse, "description": "The job is queued or running"}},
+)
+def delete_job_checkpoints(
+    job_id: JobId,
+    session: SessionDep,
+    store: StoreDep,
+    principal: PrincipalDep,
+    keep: Annotated[
+        str | None,
+        Query(
+            max_length=20_000,
+            description="The checkpoints to keep, comma-separated (checkpoint-300,checkpoint-600); "
+            "empty keeps none. Left out: the best checkpoint and, for a job that did not succeed, "
+            "its newest",
+        ),
+    ] = None,
+) -> CheckpointsRemoved:
+    """Remove a finished job's checkpoints, to free the owner's storage. Its final model, predictions
+    and logs stay; so do the checkpoints `keep` names, or (without `keep`) its best checkpoint and,
+    when the job did not succeed (no final model), its newest one.
+
+    409 while the job is queued or running; 422 for a `keep` name the job has no checkpoint of. The
+    rows go first, then the store's folders: a checkpoint is listed whole or not at all, and a folder
+    whose removal a crash cut short is removed by the API's storage sweep. A job that started from
+    one of them (`job:N/checkpoint-M`) has its own copy and is not affected."""
+    names = None if keep is None else [name for name in keep.split(",") if name.strip()]
+    if names is not None and len(names) > MAX_KEEP:
+        raise InvalidRequest(f"keep names at most {MAX_KEEP} checkpoints", field="keep")
+    actor = principal.owner or principal.key_label
+    pruned = remove_checkpoints(session, job_id=job_id, owner=principal.owner_filter, keep=names, actor=actor)
+    try:
+        finish_deletions(session, store, pruned.journal)
+    except (StoreUnavailable, OSError) as exc:  # the rows are gone; the storage sweep removes the rest
+        logger.warning(
+            "job %s: checkpoint folders left to the storage sweep (%s)", job_id, type(exc).__name__
+        )
+    return CheckpointsRemoved(
+        job_id=pruned.job_id, removed=pruned.removed, kept=pruned.kept, freed_bytes=pruned.freed_bytes
+    )

@@ -26,6 +26,7 @@ from service.schemas.files import FileCheck, FileDeleted, FilePublic
 from service.schemas.jobs import ErrorResponse, Page
 from shared import jobs_repo
 from shared.core.config import Settings
+from shared.core.db import read
 from shared.core.errors import InvalidRequest
 from shared.core.faults import crash_point
 from shared.core.storage import Store, StoreUnavailable, file_key
@@ -33,6 +34,7 @@ from shared.core.tables import File
 from shared.data.local_copies import keep_copy
 from shared.jobspec.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.jobspec.tasks import GlueTask
+from shared.queue.quotas import QuotaDefaults, check_storage
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +90,11 @@ UPLOAD_BODY: dict[str, Any] = {
         },
         400: {"model": ErrorResponse, "description": "The upload was cut off; nothing was kept"},
         413: {"model": ErrorResponse, "description": "Larger than GLUEJOBS_MAX_UPLOAD_BYTES"},
-        429: {"model": ErrorResponse, "description": "GLUEJOBS_MAX_FILE_CHECKS uploads are being checked"},
+        429: {
+            "model": ErrorResponse,
+            "description": "GLUEJOBS_MAX_FILE_CHECKS uploads are being checked, or the owner's storage "
+            "quota (max_storage_bytes) has no room for the file",
+        },
         503: {"model": ErrorResponse, "description": "The store or the database is unavailable"},
     },
 )
@@ -113,8 +119,11 @@ async def create_file(
     of one type; fitting `task_name`'s task when given), rows. A file that cannot serve as training
     data gets 422 naming the problem, and nothing is kept. Stored by content: the same bytes are
     stored once; the same bytes sent again by you answer 200 with the file you have (sent again with
-    another column mapping, its checks are those of the new mapping).
+    another column mapping, its checks are those of the new mapping). An owner whose storage quota
+    (max_storage_bytes) the file would pass gets 429 (over_quota) naming what it holds and the limit.
     """
+    if not dry_run:  # an owner at its storage quota is refused before a byte is read
+        await anyio.to_thread.run_sync(_room_for, session, settings, principal.owner, 0)
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_upload_bytes
     )
@@ -166,6 +175,7 @@ def _keep(
     file = jobs_repo.find_file(session, owner=owner, sha256=received.sha256, format=report.format)
     created = False
     if file is None:
+        _room_for(session, settings, owner, received.bytes)
         file, created = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
     elif (file.checks or {}).get("columns") != report.checks.get("columns"):
         # Sent again with another column mapping: its tally is now that of the mapping's columns.
@@ -173,6 +183,12 @@ def _keep(
     if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
         keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
     return file, created
+
+
+def _room_for(session: Session, settings: Settings, owner: str | None, adding: int) -> None:
+    """429 (over_quota) when `adding` bytes would take the owner past its max_storage_bytes."""
+    with read(session):
+        check_storage(session, owner=owner, adding=adding, defaults=QuotaDefaults.from_settings(settings))
 
 
 def _column_mapping(fields: dict[str, str]) -> ColumnMapping:

@@ -18,12 +18,27 @@ class OwnerQuota(BaseModel):
     max_device_hours_per_day: float | None = Field(
         description="Device-hours in any 24 hours (null: no limit)"
     )
+    max_storage_bytes: int | None = Field(
+        description="Bytes held in the store: files, models, checkpoints, job outputs (null: no limit)"
+    )
 
 
 class OwnerQuotaSource(BaseModel):
     max_devices: str = Field(description='"owner" (set by an admin) or "default" (the configuration)')
     max_queued: str
     max_device_hours_per_day: str
+    max_storage_bytes: str
+
+
+class OwnerStorage(BaseModel):
+    """What an owner holds in the store, from the database's tally: sized by the API's storage sweep
+    (GLUEJOBS_STORAGE_SWEEP_S) once a checkpoint is declared and once a job has finished."""
+
+    files_bytes: int = Field(description="Its uploaded files (each upload counts)")
+    models_bytes: int = Field(description="Its registered models")
+    checkpoints_bytes: int = Field(description="Its jobs' declared checkpoints")
+    outputs_bytes: int = Field(description="Its finished jobs' other files: final model, predictions, logs")
+    total_bytes: int = Field(description="The sum: what max_storage_bytes is compared with")
 
 
 class OwnerPublic(BaseModel):
@@ -37,6 +52,7 @@ class OwnerPublic(BaseModel):
     device_hours_24h: float = Field(description="Device-hours its jobs used in the last 24 hours")
     quota: OwnerQuota = Field(description="The effective limits, defaults applied")
     quota_source: OwnerQuotaSource
+    storage: OwnerStorage = Field(description="Bytes it holds in the store, by kind")
 
 
 class OwnersPublic(BaseModel):
@@ -55,3 +71,4 @@ class OwnerUpdate(BaseModel):
     max_devices: int | None = Field(default=None, ge=0, le=100_000, strict=True)
     max_queued: int | None = Field(default=None, ge=0, le=10_000_000, strict=True)
     max_device_hours_per_day: float | None = Field(default=None, ge=0, le=1e9, strict=True)
+    max_storage_bytes: int | None = Field(default=None, ge=0, le=2**62, strict=True)

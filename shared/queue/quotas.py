@@ -1,10 +1,14 @@
-"""Per-owner quotas: devices held at once, jobs queued, device-hours in the last 24 hours.
+"""Per-owner quotas: devices held at once, jobs queued, device-hours in the last 24 hours, bytes held
+in the store.
 
 An owner's row (shared/core/tables.Owner) holds its own limits; a None column means the configured
 default (GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit. The claim skips an owner's jobs that
 would exceed the devices or device-hours quota; a submission, sweep or rerun that would exceed the
 queued quota is refused with 429 (`check_queued`, inside the creating transaction). Jobs without an
-owner (auth off) have no quota: there is no one to share with.
+owner (auth off) have no quota: there is no one to share with. The storage quota (max_storage_bytes)
+refuses uploads past it with 429 (`check_storage`) and holds an owner's queued jobs while it is at or
+over it (`storage_full`: the claim skips them, `quota_hold` says why), so a job never starts only to
+fail for want of room; a running job may still take its owner past it.
 
 This module is the one home of the rule. The claim's SQL (`claim_filters`, `within_device_quota`)
 and the reason the API shows for a held job (`quota_hold`) compare through the same two functions,
@@ -13,20 +17,22 @@ and the reason the API shows for a held job (`quota_hold`) compare through the s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, inspect, or_, select
 from sqlalchemy.orm import Session
 
 from shared.core.config import Settings
 from shared.core.errors import OverQuota
 from shared.core.owners import ensure_owner
-from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, utcnow
+from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota, utcnow
+from shared.queue.storage_usage import human_bytes, own_storage_limits, storage_by_owner
 
-QUOTA_FIELDS = ("max_devices", "max_queued", "max_device_hours_per_day")
+QUOTA_FIELDS = ("max_devices", "max_queued", "max_device_hours_per_day", "max_storage_bytes")
 DAY = timedelta(hours=24)
 
 
@@ -37,6 +43,7 @@ class QuotaDefaults:
     max_devices: int | None = None
     max_queued: int | None = None
     max_device_hours_per_day: float | None = None
+    max_storage_bytes: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QuotaDefaults:
@@ -44,6 +51,7 @@ class QuotaDefaults:
             max_devices=settings.default_max_devices,
             max_queued=settings.default_max_queued,
             max_device_hours_per_day=settings.default_max_device_hours_per_day,
+            max_storage_bytes=settings.default_max_storage_bytes,
         )
 
 
@@ -55,11 +63,16 @@ class Quota:
     source: dict[str, str]
 
 
-def effective_quota(owner: Owner | None, defaults: QuotaDefaults) -> Quota:
+def effective_quota(owner: Owner | None, defaults: QuotaDefaults, *, own_storage: int | None = None) -> Quota:
+    """The owner's limits, defaults applied. Its own max_storage_bytes is a row of
+    owner_storage_quotas (`own_storage`), not a column of its owners row."""
     limits: dict[str, Any] = {}
     source: dict[str, str] = {}
     for name in QUOTA_FIELDS:
-        own = getattr(owner, name) if owner is not None else None
+        if name == "max_storage_bytes":
+            own = own_storage
+        else:
+            own = getattr(owner, name) if owner is not None else None
         limits[name] = own if own is not None else getattr(defaults, name)
         source[name] = "owner" if own is not None else "default"
     return Quota(limits, source)
@@ -78,9 +91,23 @@ def hours_spent(quota: Quota, used: float) -> bool:
     return cap is not None and used >= cap
 
 
-def quota_hold(owner: str, quota: Quota, *, held: int, used_hours: float, processes: int) -> str | None:
+def storage_full(quota: Quota, stored: int) -> bool:
+    """Whether the owner holds its max_storage_bytes (or more): none of its jobs starts."""
+    cap = quota.limits["max_storage_bytes"]
+    return cap is not None and stored >= cap
+
+
+def quota_hold(
+    owner: str, quota: Quota, *, held: int, used_hours: float, processes: int, stored: int = 0
+) -> str | None:
     """Why the claim skips a job of `owner` needing `processes` devices, in words; None when the
     quotas let it start. The same comparisons as `claim_filters` and `within_device_quota`."""
+    if storage_full(quota, stored):
+        return (
+            f"{owner} holds {human_bytes(stored)} in the store, its max_storage_bytes is "
+            f"{human_bytes(quota.limits['max_storage_bytes'])} (max_storage_bytes): remove checkpoints "
+            "(DELETE /v1/jobs/{id}/checkpoints), files or models, or ask an admin to raise the quota"
+        )
     room = device_room(quota, held)
     if room is not None and processes > room:
         return f"{owner} holds {held} of {quota.limits['max_devices']} devices (max_devices)"
@@ -126,6 +153,9 @@ def claim_filters(
     over = owners_over_hours(session, defaults, now=now, rows=list(rows.values()))
     if over:
         conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
+    full = owners_over_storage(session, defaults)
+    if full:
+        conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(full)))
     limited = defaults.max_devices is not None or any(r.max_devices is not None for r in rows.values())
     return ClaimFilters(conditions, limited)
 
@@ -215,6 +245,75 @@ def owners_over_hours(
         owner
         for owner, hours in used.items()
         if hours_spent(effective_quota(limited.get(owner), defaults), hours)
+    )
+
+
+_storage_schema: dict[str, float] = {}  # database URL → when its storage tables were last missing
+STORAGE_SCHEMA_RECHECK_S = 30.0
+
+
+def _has_storage_tables(session: Session) -> bool:
+    """Whether the database has 0015's tables: a worker of this build on the previous schema (a
+    fleet mid-upgrade) claims without the storage quota until it is migrated. Known once found; a
+    miss is asked again after STORAGE_SCHEMA_RECHECK_S."""
+    url = str(session.get_bind().engine.url)
+    missed = _storage_schema.get(url)
+    if missed == float("inf"):
+        return True
+    now = time.monotonic()
+    if missed is not None and now - missed < STORAGE_SCHEMA_RECHECK_S:
+        return False
+    found = inspect(session.connection()).has_table(OwnerStorageQuota.__tablename__)
+    _storage_schema[url] = float("inf") if found else now
+    return found
+
+
+def storage_limited(
+    session: Session, defaults: QuotaDefaults, owners: Collection[str] | None = None
+) -> dict[str, int] | None:
+    """The owners' own storage limits (of `owners`, or all), or None when no storage quota applies
+    (no default, no owner's own): then nothing is summed."""
+    if not _has_storage_tables(session):
+        return None
+    limited = own_storage_limits(session, owners)
+    return None if defaults.max_storage_bytes is None and not limited else limited
+
+
+def owners_over_storage(session: Session, defaults: QuotaDefaults) -> list[str]:
+    """Owners at or over their max_storage_bytes (the claim skips their jobs). Without any such
+    limit this sums nothing (one read of owner_storage_quotas)."""
+    limited = storage_limited(session, defaults)
+    if limited is None:
+        return []
+    owners = None if defaults.max_storage_bytes is not None else list(limited)
+    usage = storage_by_owner(session, owners)
+    return sorted(
+        owner
+        for owner, stored in usage.items()
+        if storage_full(effective_quota(None, defaults, own_storage=limited.get(owner)), stored.total)
+    )
+
+
+def check_storage(session: Session, *, owner: str | None, adding: int, defaults: QuotaDefaults) -> None:
+    """OverQuota (429) when the owner holds its max_storage_bytes already, or storing `adding` more
+    bytes would take it past: the message names the quota, what the owner holds and the limit. Read
+    in the caller's transaction; two uploads at one moment may together pass the limit by one file."""
+    if owner is None:
+        return
+    own = own_storage_limits(session, [owner]).get(owner)
+    limit = own if own is not None else defaults.max_storage_bytes
+    if limit is None:
+        return
+    usage = storage_by_owner(session, [owner]).get(owner)
+    stored = usage.total if usage is not None else 0
+    if stored < limit and stored + adding <= limit:
+        return
+    more = f": {human_bytes(adding)} more would exceed it" if stored < limit else ""
+    raise OverQuota(
+        f"{owner} holds {human_bytes(stored)} ({stored} bytes) in the store and its max_storage_bytes is "
+        f"{human_bytes(limit)} ({limit} bytes){more}. Remove checkpoints (gluejobs checkpoints prune JOB), "
+        "files or models, or ask an admin to raise the quota",
+        retry_after_s=60,
     )
 
 

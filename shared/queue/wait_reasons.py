@@ -3,6 +3,8 @@
 None unless the job is queued and held back; else a reason and a sentence:
 - retry_backoff: a retried job is not claimed before its not_before;
 - quota: its owner holds max_devices (with this job, more), or used max_device_hours_per_day;
+- storage: its owner holds its max_storage_bytes in the store (or more): it starts once the owner
+  is under it again (checkpoints, files or models removed, or the quota raised);
 - reservation: it has reserved a worker and waits for that worker's devices to free up, or it
   would fit only on a worker that another job has reserved;
 - devices: it needs more devices than any worker has (or has free), or no worker is running;
@@ -17,7 +19,7 @@ and what they run, reservations), never per job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,7 +38,16 @@ from shared.core.tables import (
 )
 from shared.jobspec.capability import is_off
 from shared.queue.fair_share import ClaimPolicy
-from shared.queue.quotas import device_hours_24h, devices_held, effective_quota, owner_rows, quota_hold
+from shared.queue.quotas import (
+    device_hours_24h,
+    devices_held,
+    effective_quota,
+    owner_rows,
+    quota_hold,
+    storage_full,
+    storage_limited,
+)
+from shared.queue.storage_usage import storage_by_owner
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,9 @@ class Fleet:
     # The spec fields each live worker's build supports; None when a worker's build is not on record
     # (a build from before builds were recorded: what it supports cannot be told).
     builds: list[frozenset[str]] | None = None
+    # Owners' bytes in the store and own storage limits; only read when a storage quota applies.
+    stored: dict[str, int] | None = None
+    storage_limits: dict[str, int] | None = None
 
 
 def waiting_for(
@@ -114,6 +128,11 @@ def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetim
             owners=rows,
             builds=builds,
         )
+        limits = storage_limited(session, policy.quotas, owners) if owners else None
+        if limits is not None:
+            usage = storage_by_owner(session, owners)
+            stored = {owner: used.total for owner, used in usage.items()}
+            fleet = replace(fleet, stored=stored, storage_limits=limits)
     return fleet
 
 
@@ -139,7 +158,7 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
         return "retry_backoff", f"retries at {when} UTC (backoff after attempt {job.attempts})"
     quota = _quota_reason(job, fleet, policy)
     if quota is not None:
-        return "quota", quota
+        return quota
     need = job.num_processes
     mine = next((worker for worker, job_id in fleet.reserved.items() if job_id == job.id), None)
     if mine is not None:
@@ -182,17 +201,26 @@ def _unsupported(job: Job, fleet: Fleet) -> list[str]:
     return sorted(fewest)
 
 
-def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> str | None:
-    """The claim's own quota rule (shared/queue/quotas.py), told in words."""
+def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> tuple[str, str] | None:
+    """The claim's own quota rule (shared/queue/quotas.py), told in words: ("storage", …) when the
+    owner's store is full, else ("quota", …)."""
     if job.owner is None:
         return None
-    return quota_hold(
+    quota = effective_quota(
+        fleet.owners.get(job.owner), policy.quotas, own_storage=(fleet.storage_limits or {}).get(job.owner)
+    )
+    stored = (fleet.stored or {}).get(job.owner, 0)
+    message = quota_hold(
         job.owner,
-        effective_quota(fleet.owners.get(job.owner), policy.quotas),
+        quota,
         held=fleet.held.get(job.owner, 0),
         used_hours=fleet.hours.get(job.owner, 0.0),
         processes=job.num_processes,
+        stored=stored,
     )
+    if message is None:
+        return None
+    return ("storage" if storage_full(quota, stored) else "quota"), message
 
 
 def _devices(count: int) -> str:
