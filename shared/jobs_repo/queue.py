@@ -14,6 +14,7 @@ from shared.core.db import read, write
 from shared.core.db_retries import retry_delay_s
 from shared.core.lifecycle import IllegalTransition, check_move
 from shared.core.tables import ACTIVE_STATUSES, ErrorCode, Job, JobEvent, JobStatus, Worker, utcnow
+from shared.jobs_repo.claim_statement import STEPWISE, claim_in_one_statement, one_statement_applies
 from shared.jobs_repo.claims import Claim, current_job, held_by
 from shared.jobs_repo.events import STATE, transition
 from shared.jobs_repo.reservations import (
@@ -52,6 +53,49 @@ def claim_next(
 ) -> Job | None:
     """Claim the next claimable job in the order of `policy` (shared/queue/fair_share.py: fair share,
     priority, age; without a policy: priority, then age), or None.
+
+    On Postgres the common claim is one statement (claim_statement.py: pick, claim, event and
+    NOTIFY in one round trip, autocommit); where it says it cannot decide alone (an owner with a
+    device, device-hour or storage quota, this worker's reservation, a wide job to reserve), and on
+    SQLite, the claim is `_claim_stepwise`, the multi-statement claim below. Both pick the same job
+    (tests/test_claim_statement.py compares them over random queues).
+    """
+    policy = policy or ClaimPolicy()
+    if session.get_bind().dialect.name == "postgresql" and one_statement_applies(policy):
+        job = claim_in_one_statement(
+            session,
+            worker_id=worker_id,
+            lease_s=lease_s,
+            max_processes=max_processes,
+            capacity=capacity,
+            policy=policy,
+            skip=skip,
+        )
+        if job is not STEPWISE:
+            return job
+    return _claim_stepwise(
+        session,
+        worker_id=worker_id,
+        lease_s=lease_s,
+        max_processes=max_processes,
+        capacity=capacity,
+        policy=policy,
+        skip=skip,
+    )
+
+
+def _claim_stepwise(
+    session: Session,
+    *,
+    worker_id: str,
+    lease_s: float,
+    max_processes: int | None = None,
+    capacity: int | None = None,
+    policy: ClaimPolicy | None = None,
+    skip: Collection[int] = (),
+) -> Job | None:
+    """The claim in several statements: the reference the one-statement claim must agree with, and
+    the path for what that statement leaves to it (and for SQLite).
 
     A job is claimable when queued, past its `not_before` (a retry's backoff), and within its owner's
     quotas. With max_processes (the worker's free devices or CPU slots), only a job whose
