@@ -168,53 +168,71 @@ def test_an_evaluation_job_reproduces_the_training_jobs_final_evaluation(
     assert (trained_dir / "config.json").is_file()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # nothing here is the database's
-def test_the_api_plans_stores_and_refuses_jobs_that_do_not_train(settings: Settings, db: Any) -> None:
-    """One API: the dry run plans no optimizer step, the job is stored with its kind, bad ones get a 422
-    naming each field."""
-    from fastapi.testclient import TestClient
+def test_evaluation_and_prediction_jobs_through_the_api_and_a_worker(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """One API and one worker run: the dry run plans no optimizer step; bad specs get a 422 naming each
+    field; an evaluation job and a prediction job on an uploaded test file run as jobs do, write their
+    metric rows at step 0 and their predictions, and save no checkpoint."""
+    from tests.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 
-    from service.main import create_app
-    from tests.e2e import LOOPBACK_URL
+    spec = {"model_name_or_path": TINY_MODEL, "task_name": "mrpc", "do_train": False, "seed": 1}
+    evaluation = {**spec, "do_eval": True, "max_eval_samples": 40, "per_device_eval_batch_size": 16}
+    with live_api(settings) as client:
+        response = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": evaluation})
+        assert response.status_code == 200, response.text
+        plan = response.json()
+        schedule = plan["schedule"]
+        assert (schedule["kind"], schedule["total_optimizer_steps"], schedule["evaluation_steps"]) == (
+            "eval",
+            0,
+            [0],
+        )
+        assert schedule["checkpoints"] == 0 and schedule["eval_batches"] == {"eval": 3}
+        assert "train" not in plan["data"]["splits"] and "train" not in plan["data"]["unread"]
+        assert plan["tokens"]["status"] == "measured" and "eval" in plan["tokens"]
+        assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer"] == 0
+        assert not plan["warnings"]
 
-    client = TestClient(create_app(settings, db), base_url=LOOPBACK_URL)
-    spec = {
-        "model_name_or_path": TINY_MODEL,
-        "task_name": "mrpc",
-        "do_train": False,
-        "do_eval": True,
-        "seed": 1,
-    }
+        refused = client.post("/v1/jobs", json={"spec": {**spec, "learning_rate": 0.1}})
+        assert refused.status_code == 422
+        fields = {problem["field"] for problem in refused.json()["error"]["errors"]}
+        assert fields == {"spec.do_train", "spec.learning_rate"}
 
-    response = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec})
-    assert response.status_code == 200, response.text
-    plan = response.json()
-    schedule = plan["schedule"]
-    assert (schedule["kind"], schedule["total_optimizer_steps"], schedule["evaluation_steps"]) == (
-        "eval",
-        0,
-        [0],
-    )
-    assert schedule["checkpoints"] == 0 and schedule["eval_batches"]["eval"] > 0
-    assert "train" not in plan["data"]["splits"] and "train" not in plan["data"]["unread"]
-    assert plan["tokens"]["status"] == "measured" and "eval" in plan["tokens"]
-    assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer"] == 0
-    assert not plan["warnings"]
+        rows = "sentence1,sentence2\nHe left.,He went away.\nIt rains.,The sun is out.\nA cat.,A cat sat.\n"
+        upload = client.post(
+            "/v1/files", files={"file": ("pairs.csv", rows.encode())}, data={"purpose": "test"}
+        )
+        assert upload.status_code == 201, upload.text
+        evaluated = submit(client, evaluation)
+        predicted = submit(client, {**spec, "do_predict": True, "test_file": upload.json()["id"]})
+        assert (evaluated["spec"]["job_kind"], predicted["spec"]["job_kind"]) == ("eval", "predict")
+        assert evaluated["spec"]["save_strategy"] == evaluated["spec"]["eval_strategy"] == "no"
 
-    created = client.post("/v1/jobs", json={"spec": spec})
-    assert created.status_code == 201, created.text
-    stored = created.json()["spec"]
-    assert (stored["do_train"], stored["job_kind"], stored["eval_strategy"], stored["save_strategy"]) == (
-        False,
-        "eval",
-        "no",
-        "no",
-    )
+        run_worker_until_idle(settings, tmp_path / "worker.log")
 
-    refused = client.post("/v1/jobs", json={"spec": {**spec, "do_eval": None, "learning_rate": 0.1}})
-    assert refused.status_code == 422
-    fields = {problem["field"] for problem in refused.json()["error"]["errors"]}
-    assert fields == {"spec.do_train", "spec.learning_rate"}
+        evaluated, predicted = (get(client, f"/v1/jobs/{job['id']}") for job in (evaluated, predicted))
+        assert (evaluated["status"], predicted["status"]) == ("succeeded", "succeeded"), (
+            evaluated["error"],
+            predicted["error"],
+        )
+        metric_rows = all_metrics(client, evaluated["id"])
+        assert {(r["split"], r["step"], r["epoch"]) for r in metric_rows} == {("eval", 0, 0)}
+        assert {r["name"] for r in metric_rows} == {"accuracy", "f1", "combined_score", "loss"}
+        assert evaluated["result"]["completed_steps"] == 0 and evaluated["result"]["eval_rows"] == {
+            "eval": 40
+        }
+        assert all_metrics(client, predicted["id"]) == []
+        for job in (evaluated, predicted):
+            assert get(client, f"/v1/jobs/{job['id']}/checkpoints")["data"] == []
+        artifacts = {a["path"] for a in get(client, f"/v1/jobs/{predicted['id']}/artifacts")["data"]}
+        assert "predict_results.tsv" in artifacts
+        text = client.get(f"/v1/jobs/{predicted['id']}/artifacts/predict_results.tsv").text
+        lines = text.splitlines()
+        assert lines[0] == "index\tprediction" and len(lines) == 4
+        assert all(line.split("\t")[1] in {"equivalent", "not_equivalent"} for line in lines[1:])
 
 
 def test_the_cli_shows_what_a_job_does() -> None:

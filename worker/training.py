@@ -295,7 +295,10 @@ def _without_training(
         group_eval_by_length=spec.group_eval_by_length,
         eval_batch_size=spec.per_device_eval_batch_size,
     )
-    model, *prepared = accelerator.prepare(model, *loaders.values())
+    # prepare() hands one object back bare, several as a tuple (a prediction job has no loader here).
+    model, *prepared = (
+        accelerator.prepare(model, *loaders.values()) if loaders else (accelerator.prepare(model),)
+    )
     model.eval()
     evaluator = _Evaluator(
         spec=spec,
