@@ -127,7 +127,7 @@ class Job(Result):
     sweep_id: int | None = None
     rerun_of: int | None = None
     reproduction: dict[str, Any] | None = None
-    # A queued job held back: {"reason": quota|reservation|devices|retry_backoff, "message": …}.
+    # A queued job held back: {"reason": quota|storage|reservation|devices|retry_backoff|build, "message": …}.
     waiting_for: dict[str, str] | None = None
 
     @property
@@ -275,8 +275,21 @@ class OwnerInfo(Result):
     devices_in_use: int = 0
     queued_jobs: int = 0
     device_hours_24h: float = 0.0
-    quota: dict[str, Any] = field(default_factory=dict)  # max_devices, max_queued, max_device_hours_per_day
+    # max_devices, max_queued, max_device_hours_per_day, max_storage_bytes
+    quota: dict[str, Any] = field(default_factory=dict)
     quota_source: dict[str, str] = field(default_factory=dict)  # each: "owner" or "default"
+    # Bytes held in the store: files_bytes, models_bytes, checkpoints_bytes, outputs_bytes, total_bytes.
+    storage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointsRemoved(Result):
+    """The answer of DELETE /v1/jobs/{id}/checkpoints (`client.jobs.prune_checkpoints`)."""
+
+    job_id: int = 0
+    removed: list[str] = field(default_factory=list)  # checkpoint names: checkpoint-300
+    kept: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ from gluejobs._types import (
     Artifact,
     AuditEntry,
     Checkpoint,
+    CheckpointsRemoved,
     Event,
     FileInfo,
     Job,
@@ -238,6 +239,13 @@ def _files(sha256: str | None, page_size: int) -> Call:
 
 def _rows(job_id: int, rows: str, **filters: Any) -> Call:
     return Call("GET", f"/v1/jobs/{job_id}/{rows}", params=query(limit=PAGE_ROWS, **filters))
+
+
+def _prune_checkpoints(job_id: int, keep: Sequence[str] | None) -> Call:
+    # Not sent again after a failure that may have reached the server: the second answer would not
+    # list what the first removed.
+    params = None if keep is None else {"keep": ",".join(keep)}
+    return Call("DELETE", f"/v1/jobs/{job_id}/checkpoints", params=params, idempotent=False)
 
 
 def _logs(job_id: int, attempt: int | None, tail: int | None) -> Call:
@@ -487,6 +495,11 @@ class Jobs:
     def checkpoints(self, job_id: int) -> builtins.list[Checkpoint]:
         return self._c._all(Call("GET", f"/v1/jobs/{job_id}/checkpoints"), Checkpoint)
 
+    def prune_checkpoints(self, job_id: int, *, keep: Sequence[str] | None = None) -> CheckpointsRemoved:
+        """Remove a finished job's checkpoints but its best one (and, when it did not succeed, its
+        newest), or but those `keep` names ("checkpoint-300"; [] keeps none). Its final model stays."""
+        return self._c._one(_prune_checkpoints(job_id, keep), CheckpointsRemoved)
+
     def logs(self, job_id: int, *, attempt: int | None = None, tail: int | None = None) -> str:
         return self._c._send(_logs(job_id, attempt, tail)).text
 
@@ -638,7 +651,7 @@ def _owner_update(name: str, quota: Mapping[str, Any]) -> Call:
     return Call("PATCH", f"/v1/owners/{quote(name, safe='')}", json=dict(quota))
 
 
-OWNER_FIELDS = ("share", "max_devices", "max_queued", "max_device_hours_per_day")
+OWNER_FIELDS = ("share", "max_devices", "max_queued", "max_device_hours_per_day", "max_storage_bytes")
 
 
 class Owners:
@@ -814,6 +827,12 @@ class AsyncJobs:
 
     async def checkpoints(self, job_id: int) -> builtins.list[Checkpoint]:
         return await self._c._all(Call("GET", f"/v1/jobs/{job_id}/checkpoints"), Checkpoint)
+
+    async def prune_checkpoints(
+        self, job_id: int, *, keep: Sequence[str] | None = None
+    ) -> CheckpointsRemoved:
+        """As Jobs.prune_checkpoints."""
+        return await self._c._one(_prune_checkpoints(job_id, keep), CheckpointsRemoved)
 
     async def logs(self, job_id: int, *, attempt: int | None = None, tail: int | None = None) -> str:
         return (await self._c._send(_logs(job_id, attempt, tail))).text

@@ -6,6 +6,7 @@ with 429 naming it, a queued job held with `waiting_for` storage and not claimed
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
+from gluejobs import AsyncClient, Client
+from gluejobs.cli import main as cli
 from service.main import create_app
 from shared import jobs_repo
 from shared.core.config import Settings
@@ -22,7 +25,7 @@ from shared.core.storage import Store, job_key, open_store
 from shared.core.tables import Job, JobStatus, StoreDeletion, utcnow
 from shared.jobs_repo.storage_usage import remove_checkpoints, sweep_storage
 from tests.dbutil import claimed
-from tests.e2e import LOOPBACK_URL
+from tests.e2e import LOOPBACK_URL, live_api
 from tests.kit import ALICE, BOB, ROOT, SPEC, auth
 
 TRAIN = b"sentence,label\n" + b"".join(f"a fine sentence number {i},{i % 2}\n".encode() for i in range(40))
@@ -207,4 +210,46 @@ def test_retention_removes_old_jobs_checkpoints_in_the_s3_store(
             assert steps == set(_folders(store, job_id))
     assert _journal(db) == 0
     assert _sweep(db, store, days=7)["retained"] == 0  # nothing more to remove: not asked again
+    db.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_client_and_the_command_line(
+    settings_factory, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """client.jobs.prune_checkpoints (sync and async), `gluejobs checkpoints ls|prune`, and the storage
+    in `gluejobs owners ls` and `owners set --max-storage-bytes`, against a real server."""
+    settings: Settings = settings_factory(db_url, api_keys=[f"alice={ALICE}"], admin_keys=[f"root={ROOT}"])
+    db, store = Database(db_url), open_store(settings)
+    jobs = [_trained_job(db, store, "alice") for _ in range(3)]
+    _sweep(db, store)
+    with live_api(settings) as api:
+        url = str(api.base_url)
+        with Client(url, api_key=ALICE) as client:
+            done = client.jobs.prune_checkpoints(jobs[0], keep=["checkpoint-10"])
+            assert (done.removed, done.kept, done.freed_bytes) == (
+                ["checkpoint-20", "checkpoint-30"],
+                ["checkpoint-10"],
+                5000,
+            )
+            assert client.owners.list()[0].storage["checkpoints_bytes"] == 13000
+
+        async def prune() -> Any:
+            async with AsyncClient(url, api_key=ALICE) as client:
+                return await client.jobs.prune_checkpoints(jobs[1])
+
+        assert asyncio.run(prune()).removed == ["checkpoint-10", "checkpoint-30"]
+        capsys.readouterr()
+        assert cli(["checkpoints", "ls", str(jobs[2]), "--url", url, "--api-key", ALICE]) == 0
+        assert "checkpoint-20  epoch 2  best" in capsys.readouterr().out
+        assert (
+            cli(["checkpoints", "prune", str(jobs[2]), "--keep-none", "--url", url, "--api-key", ALICE]) == 0
+        )
+        line = capsys.readouterr().out
+        assert line.startswith(
+            f"job {jobs[2]}: removed checkpoint-10, checkpoint-20, checkpoint-30 (5.9 KiB)"
+        ), line
+        args = ["--url", url, "--api-key", ROOT]
+        assert cli(["owners", "set", "alice", "--max-storage-bytes", "100000", *args]) == 0
+        assert "stores 4.4 KiB (max_storage_bytes 97.7 KiB)" in capsys.readouterr().out
     db.dispose()

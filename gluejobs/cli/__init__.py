@@ -3,7 +3,7 @@
 - jobs: the job commands, at the top (`gluejobs submit`, `ls`, `show JOB`, `cancel`, `logs`,
   `metrics`, `download`, `resubmit`, `rerun`, `watch`) and `workers`
 - sweeps: `sweep` (create, ls, show, cancel), `leaderboard`, `glue-zip`; searches: `search`
-- files, models, keys (and `audit`), owners, webhooks: a group each
+- checkpoints, files, models, keys (and `audit`), owners, webhooks: a group each
 - server: `serve`, `worker`, `migrate`, `demo`, the service's own parts, imported only when run
 
 The client commands read GLUEJOBS_URL and GLUEJOBS_API_KEY. Every error is one line on stderr,
@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from gluejobs.cli import files, jobs, keys, models, owners, searches, server, sweeps, webhooks
+from gluejobs.cli import checkpoints, files, jobs, keys, models, owners, searches, server, sweeps, webhooks
 from gluejobs.cli.base import CliError, Group, usage_line
 from gluejobs.client import ApiError
 from gluejobs.output import closed_pipe, print_error
@@ -52,7 +52,7 @@ def gluejobs(ctx: click.Context) -> None:
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
-for module in (jobs, sweeps, searches, files, models, keys, owners, webhooks, server):
+for module in (jobs, checkpoints, sweeps, searches, files, models, keys, owners, webhooks, server):
     for command in module.COMMANDS:
         gluejobs.add_command(command)
 

@@ -32,6 +32,7 @@ SETTINGS = (
     ("--max-devices", "max_devices", int, "Devices its running jobs may hold at once."),
     ("--max-queued", "max_queued", int, "Jobs it may have queued at once."),
     ("--max-device-hours-per-day", "max_device_hours_per_day", float, "Device-hours in any 24 hours."),
+    ("--max-storage-bytes", "max_storage_bytes", int, "Bytes it may hold in the store."),
 )
 
 
@@ -44,8 +45,8 @@ def owners() -> None:
 def ls(api: Invocation) -> None:
     """Each owner's use of the queue, and its quotas.
 
-    Share, running jobs and devices in use, queued jobs, device-hours over the last 24 hours, and
-    quotas. An admin key sees every owner, another key its own."""
+    Share, running jobs and devices in use, queued jobs, device-hours over the last 24 hours, bytes
+    held in the store, and quotas. An admin key sees every owner, another key its own."""
     with api.client() as client:
         found = client.owners.list()
     api.show([owner.raw for owner in found], [_line(owner) for owner in found] or "no owners")
@@ -86,8 +87,25 @@ def _line(owner: OwnerInfo) -> str:
         f"{owner.name}  share {owner.share:g}  running {owner.running_jobs} on {owner.devices_in_use} "
         f"device(s)  queued {owner.queued_jobs}  {owner.device_hours_24h:.2f} device-h/24h  "
         f"max_devices {limit('max_devices')}  max_queued {limit('max_queued')}  "
-        f"max_device_hours_per_day {limit('max_device_hours_per_day', ' h')}"
+        f"max_device_hours_per_day {limit('max_device_hours_per_day', ' h')}  "
+        f"stores {_bytes(owner.storage.get('total_bytes', 0))} (max_storage_bytes {_storage_limit(owner)})"
     )
+
+
+def _bytes(count: float) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _storage_limit(owner: OwnerInfo) -> str:
+    value = owner.quota.get("max_storage_bytes")
+    shown = "no limit" if value is None else _bytes(value)
+    default = owner.quota_source.get("max_storage_bytes") == "default" and value is not None
+    return shown + (" (default)" if default else "")
 
 
 COMMANDS = (owners,)
