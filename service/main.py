@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.accounts import api_keys
 from service.accounts.auth import KeyRing, StoredKeysFlag
 from service.background.search_driver import SearchDriverThread
+from service.background.storage_sweep import StorageSweepThread
 from service.background.stream_fanout import StreamFanout
 from service.background.webhook_dispatcher import dispatching
 from service.dry_run.slots import DryRunSlots
@@ -156,8 +157,9 @@ def _freeze_startup_objects() -> None:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """While the API serves: the webhook dispatcher sends due deliveries in the background, the
-    search driver (GLUEJOBS_SEARCH_DRIVER) drives searches, handing them back when it stops, and the
-    start-up's store work (store_chores) runs once beside the first requests."""
+    search driver (GLUEJOBS_SEARCH_DRIVER) drives searches, handing them back when it stops, the
+    storage sweep sizes and removes what jobs stored (GLUEJOBS_STORAGE_SWEEP_S), and the start-up's
+    store work (store_chores) runs once beside the first requests."""
     _freeze_startup_objects()
     settings = app.state.settings
     checked = threading.Event()
@@ -172,6 +174,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     driver = SearchDriverThread(app.state.db, settings) if settings.search_driver else None
     if driver is not None:
         driver.start()
+    storage = StorageSweepThread(app.state.db, app.state.store, settings)
+    storage.start()
     try:
         async with dispatching(settings, app.state.db) as dispatcher:
             app.state.webhooks = dispatcher
@@ -179,6 +183,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if driver is not None:
             await asyncio.to_thread(driver.stop)
+        await asyncio.to_thread(storage.stop)
         await asyncio.to_thread(chores.join, CHORES_JOIN_S)
 
 

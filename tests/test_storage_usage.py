@@ -7,6 +7,7 @@ with 429 naming it, a queued job held with `waiting_for` storage and not claimed
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -218,14 +219,21 @@ def test_the_client_and_the_command_line(
     settings_factory, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
     """client.jobs.prune_checkpoints (sync and async), `gluejobs checkpoints ls|prune`, and the storage
-    in `gluejobs owners ls` and `owners set --max-storage-bytes`, against a real server."""
-    settings: Settings = settings_factory(db_url, api_keys=[f"alice={ALICE}"], admin_keys=[f"root={ROOT}"])
+    in `gluejobs owners ls` and `owners set --max-storage-bytes`, against a real server whose own
+    storage sweep sizes the checkpoints (the jobs' other files wait until they have settled)."""
+    settings: Settings = settings_factory(
+        db_url, api_keys=[f"alice={ALICE}"], admin_keys=[f"root={ROOT}"], storage_sweep_s=0.2
+    )
     db, store = Database(db_url), open_store(settings)
     jobs = [_trained_job(db, store, "alice") for _ in range(3)]
-    _sweep(db, store)
     with live_api(settings) as api:
         url = str(api.base_url)
         with Client(url, api_key=ALICE) as client:
+            deadline = time.monotonic() + 20
+            while client.owners.list()[0].storage.get("checkpoints_bytes") != 18000:
+                assert time.monotonic() < deadline, client.owners.list()[0].storage
+                time.sleep(0.1)
+            assert client.owners.list()[0].storage["outputs_bytes"] == 0
             done = client.jobs.prune_checkpoints(jobs[0], keep=["checkpoint-10"])
             assert (done.removed, done.kept, done.freed_bytes) == (
                 ["checkpoint-20", "checkpoint-30"],
@@ -251,5 +259,5 @@ def test_the_client_and_the_command_line(
         ), line
         args = ["--url", url, "--api-key", ROOT]
         assert cli(["owners", "set", "alice", "--max-storage-bytes", "100000", *args]) == 0
-        assert "stores 4.4 KiB (max_storage_bytes 97.7 KiB)" in capsys.readouterr().out
+        assert "stores 2.9 KiB (max_storage_bytes 97.7 KiB)" in capsys.readouterr().out
     db.dispose()
