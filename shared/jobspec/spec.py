@@ -224,7 +224,9 @@ class JobSpec(BaseModel):
         min_length=1,
         max_length=MAX_MODEL_NAME_CHARS,
         description="A registered model (model:NAME, POST /v1/models; an admin may name another owner's "
-        "as model:OWNER/NAME), a Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to it; no '.', "
+        "as model:OWNER/NAME), another job's model (job:ID, its final model; job:ID/checkpoint-STEP, a "
+        "declared checkpoint; job:ID/best), a Hub id, or a folder under GLUEJOBS_MODELS_DIR (relative to "
+        "it; no '.', "
         f"'..' or empty components; each component at most {NAME_MAX_BYTES} bytes)",
         # Documents part of check_model_name's rule (which enforces all of it): no control
         # characters, no surrounding spaces, no trailing slash.
@@ -232,9 +234,9 @@ class JobSpec(BaseModel):
     )
     registered_model: RegisteredModel | None = Field(
         default=None,
-        description="Filled in by the API: the registered model model_name_or_path names (name, owner, "
-        "size, the sha256 of its manifest). A sha256 given here pins the files: a model with other files "
-        "is refused",
+        description="Filled in by the API: the registered model (or job's model) model_name_or_path names "
+        "(name, owner, size, the sha256 of its manifest; job and checkpoint for job:ID). A sha256 given "
+        "here pins the files: a model with other files is refused",
     )
     task_name: TaskName | None = Field(
         default=None,
