@@ -60,6 +60,9 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
 
         source = http.post("/v1/jobs", json={"spec": SPEC}, headers=alice).json()["id"]
         lora = http.post("/v1/jobs", json={"spec": {**SPEC, "apply_lora": True}}, headers=alice).json()["id"]
+        merged = http.post(
+            "/v1/jobs", json={"spec": {**SPEC, "apply_lora": True, "save_merged_model": True}}, headers=alice
+        ).json()["id"]
 
         # Queued: no final model, no checkpoint yet (409, saying why); a malformed name is 422.
         early = submit(f"job:{source}")
@@ -75,6 +78,8 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
         _model_folder(models_dir / TINY_MODEL, job_dir / "checkpoints" / "checkpoint-4")
         finish_as_a_worker(db, source, {"accuracy": 0.5}, checkpoint="checkpoint-4")
         finish_as_a_worker(db, lora, {"accuracy": 0.5})
+        _model_folder(models_dir / TINY_MODEL, settings.job_dir(merged) / "merged")
+        finish_as_a_worker(db, merged, {"accuracy": 0.5})
         manifest = (job_dir / MANIFEST_NAME).read_bytes()
         files = write_model_manifest(job_dir)
         assert {f.path for f in files} >= {"config.json", "model.safetensors", "tokenizer.json"}
@@ -106,6 +111,8 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
         )
         refused = submit(f"job:{lora}")
         assert refused.status_code == 422 and "LoRA adapter" in refused.json()["error"]["message"]
+        from_merged = submit(f"job:{merged}").json()["spec"]["registered_model"]  # a LoRA job's merged model
+        assert (from_merged["job"], from_merged["sha256"]) == (merged, sha256)
 
         # Another owner: not found, in the words of a job that does not exist; an admin: anyone's.
         hidden = submit(f"job:{source}", bob)

@@ -21,6 +21,7 @@ from worker.batches import collator
 from worker.data import RawData, TokenizedData, in_row_order, longest_first
 from worker.job_storage import JobStorage
 from worker.meter import Meter
+from worker.model_manifest import write_model_manifest
 from worker.modeling import save_model_files
 from worker.progress import Progress
 from worker.run_checkpoints import RunCheckpoints
@@ -73,6 +74,7 @@ def _save_final_model(
             merged_dir = output_dir / "merged"
             unwrapped.merge_and_unload().save_pretrained(str(merged_dir))
             tokenizer.save_pretrained(str(merged_dir))
+            write_model_manifest(merged_dir)  # what job:ID of a LoRA job starts from, by hash
             report.log(f"saved the model with the adapter merged in: {artifact_path(job_id, 'merged')}/…")
     accelerator.wait_for_everyone()
 

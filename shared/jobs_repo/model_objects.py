@@ -123,7 +123,8 @@ def job_model_manifest(store: Store, found: JobModelFiles, *, field: str) -> lis
     try:
         data = store.read(f"{folder}/{MANIFEST_NAME}", end=MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
-        return _hashed(store, folder, found, field=field)
+        with _copying:  # the API reads the files: as bounded as the copies
+            return _hashed(store, folder, found, field=field)
     try:
         if len(data) > MAX_MANIFEST_BYTES:
             raise ValueError("too large")
