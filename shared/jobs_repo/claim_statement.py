@@ -14,13 +14,18 @@ same steps are CTEs of one statement, run in autocommit (no BEGIN, no COMMIT):
 - `claimed`: the UPDATE of that row (re-checking it is queued); `event`: its state event; `notified`:
   pg_notify for the live streams (delivered at the statement's commit, as before).
 
-What it leaves to the stepwise claim (the statement claims nothing and says so): an owner with a
-device or device-hour quota (the stepwise claim serialises a limited owner's claims on its row lock
-and counts its devices again after it: a statement has one snapshot in READ COMMITTED, so it cannot
-see a claim committed while it waited), this worker's own reservation, and a wide job waiting to
-reserve a worker (reservations.py: rare, and bookkeeping with its own event). Configured default
-quotas (GLUEJOBS_DEFAULT_MAX_DEVICES, GLUEJOBS_DEFAULT_MAX_DEVICE_HOURS_PER_DAY) send every claim
-there without asking (`one_statement_applies`).
+What it leaves to the stepwise claim (the statement claims nothing and says so):
+- a picked job whose owner has a device, device-hour or storage quota of its own: the stepwise claim
+  serialises a device-limited owner's claims on its row lock and counts its devices again after it,
+  which one statement cannot (READ COMMITTED gives it one snapshot: it would not see a claim
+  committed while it waited); the device-hours and storage sums are the quota module's, in Python.
+  A job of an owner without a quota passes every quota filter, so the first job in the claim's
+  order, quotas aside, is the stepwise claim's pick too: the statement claims it;
+- this worker's own reservation, and a wide job waiting to reserve a worker (reservations.py: rare,
+  and bookkeeping with its own event);
+- configured default quotas (GLUEJOBS_DEFAULT_MAX_DEVICES, …_DEVICE_HOURS_PER_DAY,
+  …_STORAGE_BYTES) limit every owner: every claim goes there without asking
+  (`one_statement_applies`).
 """
 
 from __future__ import annotations
@@ -59,16 +64,22 @@ def one_statement_applies(policy: ClaimPolicy) -> bool:
 _DEFAULT_LIMITS = ("max_devices", "max_device_hours_per_day", "max_storage_bytes")
 
 
-def _owner_limits() -> list[str]:
-    """SQL that is true when an owner's own row limits its claims (the stepwise claim then decides):
-    a device or device-hour quota on owners, a storage quota in its own table (where this schema
-    has one)."""
+def _picked_owner_limited() -> list[str]:
+    """SQL that is true when the picked job's owner has a quota of its own (the stepwise claim then
+    decides): a device or device-hour quota on its owners row, a storage quota in its own table
+    (where this schema has one). A job of an owner without one passes every quota filter of the
+    stepwise claim, so the first job in the claim's order, quotas aside, is the stepwise claim's
+    pick too."""
     limits = [
-        "EXISTS (SELECT 1 FROM owners WHERE max_devices IS NOT NULL OR max_device_hours_per_day IS NOT NULL)"
+        "EXISTS (SELECT 1 FROM pick JOIN owners o ON o.name = pick.owner"
+        " WHERE o.max_devices IS NOT NULL OR o.max_device_hours_per_day IS NOT NULL)"
     ]
     storage = Base.metadata.tables.get("owner_storage_quotas")
-    if storage is not None and "max_storage_bytes" in storage.c:
-        limits.append("EXISTS (SELECT 1 FROM owner_storage_quotas WHERE max_storage_bytes IS NOT NULL)")
+    if storage is not None and {"owner", "max_storage_bytes"} <= set(storage.c.keys()):
+        limits.append(
+            "EXISTS (SELECT 1 FROM pick JOIN owner_storage_quotas q ON q.owner = pick.owner"
+            " WHERE q.max_storage_bytes IS NOT NULL)"
+        )
     return limits
 
 
@@ -90,7 +101,7 @@ def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide
     if skip:
         base += " AND j.id <> ALL(:skip)"
     fits = base + (" AND j.num_processes <= :max_processes" if fit else "")
-    stepwise = _owner_limits()
+    stepwise = _picked_owner_limited()
     if reserving:
         stepwise.append("EXISTS (SELECT 1 FROM jobs WHERE reserved_by = :worker_id AND status = 'queued')")
     if wide:
@@ -113,30 +124,31 @@ def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide
         GROUP BY 1
     ),
     pick AS (
-        SELECT id FROM (
-            SELECT a.id FROM (
-                SELECT j.id FROM jobs j WHERE {fits} AND j.priority > :max_user_priority {_BY_ORDER}
+        SELECT id, owner FROM (
+            SELECT a.id, a.owner FROM (
+                SELECT j.id, j.owner FROM jobs j WHERE {fits} AND j.priority > :max_user_priority {_BY_ORDER}
             ) a
             UNION ALL
-            SELECT b.id FROM (
-                SELECT j.id FROM jobs j
+            SELECT b.id, b.owner FROM (
+                SELECT j.id, j.owner FROM jobs j
                 WHERE {fits} AND (j.owner IS NULL OR j.owner <> ALL (ARRAY(SELECT owner FROM held)))
                 {_BY_ORDER}
             ) b
             UNION ALL
-            SELECT c.id FROM (SELECT usage, owners FROM levels ORDER BY usage) t
+            SELECT c.id, c.owner FROM (SELECT usage, owners FROM levels ORDER BY usage) t
             CROSS JOIN LATERAL (
-                SELECT j.id FROM jobs j WHERE {fits} AND j.owner = ANY (t.owners) {_BY_ORDER}
+                SELECT j.id, j.owner FROM jobs j WHERE {fits} AND j.owner = ANY (t.owners) {_BY_ORDER}
             ) c
         ) tiers
         LIMIT 1
     ),"""
     else:
         pick = f"""
-    pick AS (SELECT j.id FROM jobs j WHERE {fits} {_BY_ORDER}),"""
+    pick AS (SELECT j.id, j.owner FROM jobs j WHERE {fits} {_BY_ORDER}),"""
     return text(f"""
 WITH
-    flags AS (SELECT ({" OR ".join(stepwise)}) AS stepwise),{pick}
+{pick}
+    flags AS (SELECT ({" OR ".join(stepwise)}) AS stepwise),
     claimed AS (
         UPDATE jobs SET status = 'running', worker_id = :worker_id, attempts = jobs.attempts + 1,
             started_at = COALESCE(jobs.started_at, :now), lease_expires_at = :lease_expires_at,

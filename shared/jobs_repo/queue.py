@@ -55,10 +55,11 @@ def claim_next(
     priority, age; without a policy: priority, then age), or None.
 
     On Postgres the common claim is one statement (claim_statement.py: pick, claim, event and
-    NOTIFY in one round trip, autocommit); where it says it cannot decide alone (an owner with a
-    device, device-hour or storage quota, this worker's reservation, a wide job to reserve), and on
-    SQLite, the claim is `_claim_stepwise`, the multi-statement claim below. Both pick the same job
-    (tests/test_claim_statement.py compares them over random queues).
+    NOTIFY in one round trip, autocommit); where it says it cannot decide alone (the picked job's
+    owner has a quota of its own, a default quota is configured, this worker holds a reservation, a
+    wide job waits to reserve one), and on SQLite, the claim is `_claim_stepwise`, the
+    multi-statement claim below. Both pick the same job (tests/test_claim_statement.py compares
+    them over random queues).
     """
     policy = policy or ClaimPolicy()
     if session.get_bind().dialect.name == "postgresql" and one_statement_applies(policy):
