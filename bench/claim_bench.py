@@ -19,7 +19,16 @@ and planning them. `worker_cpu_p50_ms` is the worker process's own CPU per claim
 waiting (for Postgres's answer, for a lock, or for a core). With `--workers 1` the same figures show
 a claim without competition.
 
+Issue 37 (the claim in one statement): `--paths old,new` runs, in one invocation and on fresh
+databases each, the stepwise claim (`queue._claim_stepwise`, the claim before issue 37) and today's
+`claim_next` (one statement on Postgres: shared/jobs_repo/claim_statement.py), so their figures come
+from the same machine at the same load. `round_trips_per_claim` counts the messages a claim sends
+that each wait for an answer (libpq's protocol trace: each Sync and each simple Query, the pool's
+pre-ping and BEGIN/COMMIT included), over `--traced` claims made by one more process after the
+timed run. Each line names the CPU model (lscpu) and the load average: the 2-core machine is shared.
+
     python bench/claim_bench.py
+    python bench/claim_bench.py --modes on --paths old,new
     python bench/claim_bench.py --jobs 10000 --owners 20 --workers 8 --claims 2000 \
         --postgres postgresql+psycopg://postgres@127.0.0.1:5432/test
 """
@@ -31,7 +40,9 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +58,7 @@ from shared.core.config import Settings  # noqa: E402
 from shared.core.db import Database  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402
 from shared.core.tables import Job, JobStatus, Owner, utcnow  # noqa: E402
+from shared.jobs_repo.queue import _claim_stepwise  # noqa: E402
 from shared.queue.fair_share import ClaimPolicy  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
@@ -87,9 +99,14 @@ def record_statements(engine: Engine, into: list[tuple[str, Any, float]]) -> Non
         into.append((statement, parameters, time.perf_counter() - conn.info.pop("bench_started")))
 
 
-def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> None:
+# The claims compared: before issue 37 (several statements) and today's (one statement on Postgres).
+PATHS = {"old": _claim_stepwise, "new": jobs_repo.claim_next}
+
+
+def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any, path: str = "new") -> None:
     """Claim and finish `claims` jobs; per claim (ms, its statements' ms, their count), and the
     statements of the first claim."""
+    claim_next = PATHS[path]
     db = Database(url)
     statements: list[tuple[str, Any, float]] = []
     record_statements(db.engine, statements)
@@ -99,7 +116,7 @@ def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> N
         for _ in range(claims):
             statements.clear()
             started, cpu_started = time.perf_counter(), time.process_time()
-            job = jobs_repo.claim_next(
+            job = claim_next(
                 session, worker_id=worker, lease_s=60, max_processes=1, capacity=1, policy=policy
             )
             timings.append(
@@ -121,27 +138,85 @@ def work(url: str, worker: str, claims: int, policy: ClaimPolicy, out: Any) -> N
 
 
 def server_ms(url: str, statements: list[tuple[str, Any]]) -> tuple[float, list[tuple[float, str]]]:
-    """Postgres's own execution and planning time for `statements` (EXPLAIN ANALYZE, rolled back)."""
+    """Postgres's own execution and planning time for `statements` (EXPLAIN ANALYZE, rolled back),
+    on a warm connection."""
     db = Database(url)
     each: list[tuple[float, str]] = []
     try:
         with db.engine.connect() as connection:
-            transaction = connection.begin()
-            for statement, parameters in statements:
-                plan = connection.exec_driver_sql(
-                    f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters
-                ).scalar_one()
-                top = plan[0] if isinstance(plan, list) else json.loads(plan)[0]
-                took = top.get("Execution Time", 0.0) + top.get("Planning Time", 0.0)
-                each.append((round(took, 3), " ".join(statement.split())[:70]))
-            transaction.rollback()
+            # Twice, each rolled back: the second pass is a warm backend's (the first pays for
+            # reading the catalog into a new connection's caches, as a worker does once).
+            for _ in range(2):
+                each = []
+                transaction = connection.begin()
+                for statement, parameters in statements:
+                    plan = connection.exec_driver_sql(
+                        f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters
+                    ).scalar_one()
+                    top = plan[0] if isinstance(plan, list) else json.loads(plan)[0]
+                    took = top.get("Execution Time", 0.0) + top.get("Planning Time", 0.0)
+                    each.append((round(took, 3), " ".join(statement.split())[:70]))
+                transaction.rollback()
     finally:
         db.dispose()
     return round(sum(ms for ms, _ in each), 2), each
 
 
-def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
-    name = f"gluejobs_claim_bench_{os.getpid()}_{int(fair_share)}"
+def round_trips(url: str, claims: int, policy: ClaimPolicy, path: str) -> float:
+    """Round trips per claim over `claims` claims (each then finished, outside the count): the
+    frontend messages that wait for the server's answer in libpq's protocol trace (Sync ends an
+    extended-protocol statement, Query is a simple one: the pool's pre-ping, BEGIN, COMMIT)."""
+    from psycopg import pq
+
+    claim_next = PATHS[path]
+    db = Database(url)
+    with tempfile.TemporaryFile("a+") as trace:  # O_APPEND: libpq writes at the end
+
+        @event.listens_for(db.engine, "connect")
+        def _trace(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.pgconn.trace(trace.fileno())
+            dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+        counted = []
+        with db.session() as session:
+            for _ in range(claims):
+                start = os.lseek(trace.fileno(), 0, os.SEEK_END)
+                job = claim_next(
+                    session, worker_id="traced", lease_s=60, max_processes=1, capacity=1, policy=policy
+                )
+                end = os.lseek(trace.fileno(), 0, os.SEEK_END)
+                os.lseek(trace.fileno(), start, os.SEEK_SET)
+                lines = os.read(trace.fileno(), end - start).decode(errors="replace").splitlines()
+                counted.append(
+                    sum(
+                        1
+                        for line in lines
+                        if line.startswith("F\t") and line.split("\t")[2:3] in (["Sync"], ["Query"])
+                    )
+                )
+                if job is None:
+                    break
+                jobs_repo.finish_job(
+                    session, claim=jobs_repo.Claim(job.id, "traced", job.attempts), status=JobStatus.succeeded
+                )
+        db.dispose()  # before the trace's file closes
+    # The first claim opens the connection (no pre-ping): count the claims of a warm pool.
+    warm = counted[1:] or counted
+    return round(sum(warm) / len(warm), 2)
+
+
+def cpu_model() -> str:
+    """lscpu's model name and CPU count (the figures are this machine's)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return "unknown"
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
+
+
+def run_mode(args: argparse.Namespace, *, fair_share: bool, path: str = "new") -> dict[str, Any]:
+    name = f"gluejobs_claim_bench_{os.getpid()}_{int(fair_share)}_{path}"
     with scratch_postgres(args.postgres, name) as url:
         db = Database(url)
         try:
@@ -154,7 +229,7 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
             each = args.claims // args.workers
             started = time.perf_counter()
             processes = [
-                ctx.Process(target=work, args=(url, f"bench-{i}", each, policy, out))
+                ctx.Process(target=work, args=(url, f"bench-{i}", each, policy, out, path))
                 for i in range(args.workers)
             ]
             for process in processes:
@@ -165,12 +240,14 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
                 process.join(60)
             timings = [t for worker_timings, _ in results for t in worker_timings]
             explained = server_ms(url, results[0][1])
+            trips = round_trips(url, args.traced, policy, path)
         finally:
             db.dispose()
     latencies = [total for total, *_ in timings]
     sql = [statements_ms for _, statements_ms, *_ in timings]
     cpu = [cpu_ms for *_, cpu_ms in timings]
     return {
+        "path": path,
         "fair_share": fair_share,
         "queued_jobs": args.jobs,
         "owners": args.owners,
@@ -179,6 +256,7 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
         "claim_p50_ms": percentile(latencies, 0.5),
         "claim_p99_ms": percentile(latencies, 0.99),
         "claims_per_s": round(len(latencies) / elapsed, 1),
+        "round_trips_per_claim": trips,
         "statements_per_claim": round(sum(n for _, _, n, _ in timings) / len(timings), 2),
         "sql_p50_ms": percentile(sql, 0.5),
         "sql_p99_ms": percentile(sql, 0.99),
@@ -191,6 +269,7 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool) -> dict[str, Any]:
         "server_ms": explained[0],
         "server_ms_each": explained[1],
         "load_average": load_average(),
+        "cpu": cpu_model(),
     }
 
 
@@ -212,9 +291,14 @@ def main() -> int:
         help="a Postgres server (its database is used to create and drop a fresh one per mode)",
     )
     parser.add_argument("--modes", default="on,off", help="fair share on, off, or both")
+    parser.add_argument(
+        "--paths", default="old,new", help="the claim before issue 37 (old), today's (new), or both"
+    )
+    parser.add_argument("--traced", type=int, default=21, help="claims whose round trips are counted")
     args = parser.parse_args()
     for fair_share in (mode.strip() == "on" for mode in args.modes.split(",")):
-        print(json.dumps(run_mode(args, fair_share=fair_share)), flush=True)
+        for path in (p.strip() for p in args.paths.split(",")):
+            print(json.dumps(run_mode(args, fair_share=fair_share, path=path)), flush=True)
     return 0
 
 
