@@ -267,45 +267,45 @@ def size_new(session: Session, store: Store, *, now: datetime | None = None, lim
     now = now or utcnow()
     with read(session):
         checkpoints = session.execute(
-            select(Checkpoint.id, Checkpoint.job_id, Checkpoint.step)
+            select(Checkpoint.id, Checkpoint.job_id, Checkpoint.step, Job.owner)
+            .join(Job, Job.id == Checkpoint.job_id)
             .outerjoin(CheckpointSize, CheckpointSize.checkpoint_id == Checkpoint.id)
             .where(CheckpointSize.checkpoint_id.is_(None))
             .order_by(Checkpoint.id)
             .limit(limit)
         ).all()
-        jobs = list(
-            session.scalars(
-                select(Job.id)
-                .outerjoin(JobOutputSize, JobOutputSize.job_id == Job.id)
-                .where(
-                    JobOutputSize.job_id.is_(None),
-                    Job.status.in_(TERMINAL_STATUSES),
-                    Job.finished_at < now - timedelta(seconds=SETTLE_S),
-                )
-                .order_by(Job.id)
-                .limit(limit)
+        jobs = session.execute(
+            select(Job.id, Job.owner)
+            .outerjoin(JobOutputSize, JobOutputSize.job_id == Job.id)
+            .where(
+                JobOutputSize.job_id.is_(None),
+                Job.status.in_(TERMINAL_STATUSES),
+                Job.finished_at < now - timedelta(seconds=SETTLE_S),
             )
-        )
+            .order_by(Job.id)
+            .limit(limit)
+        ).all()
     sized = 0
-    for row_id, job_id, step in checkpoints:
+    for row_id, job_id, step, owner in checkpoints:
         total = sum(item.size for item in store.list(checkpoint_key(job_id, step)))
         with write(session):
             # Gone meanwhile (rotated, removed): nothing to size; sized meanwhile (another API): kept.
             if session.get(Checkpoint, row_id) is not None:
-                _insert_ignore(session, CheckpointSize, {"checkpoint_id": row_id, "bytes": total})
+                row = {"checkpoint_id": row_id, "bytes": total, "owner": owner}
+                _insert_ignore(session, CheckpointSize, row)
         sized += 1
-    for job_id in jobs:
+    for job_id, owner in jobs:
         files = store.list(job_key(job_id))
         total = sum(item.size for item in files if PurePosixPath(item.path).parts[0] != CHECKPOINTS)
         with write(session):
             if session.get(Job, job_id) is not None:
-                _insert_ignore(session, JobOutputSize, {"job_id": job_id, "bytes": total})
+                _insert_ignore(session, JobOutputSize, {"job_id": job_id, "bytes": total, "owner": owner})
         sized += 1
     return sized
 
 
 def _insert_ignore(
-    session: Session, table: type[CheckpointSize] | type[JobOutputSize], row: dict[str, int]
+    session: Session, table: type[CheckpointSize] | type[JobOutputSize], row: dict[str, int | str | None]
 ) -> None:
     key = "checkpoint_id" if table is CheckpointSize else "job_id"
     session.execute(_insert_for(session)(table).values(row).on_conflict_do_nothing(index_elements=[key]))

@@ -153,7 +153,7 @@ def claim_filters(
     over = owners_over_hours(session, defaults, now=now, rows=list(rows.values()))
     if over:
         conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
-    full = owners_over_storage(session, defaults)
+    full = owners_over_storage(session, defaults, cache_s=OVER_STORAGE_CACHE_S)
     if full:
         conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(full)))
     limited = defaults.max_devices is not None or any(r.max_devices is not None for r in rows.values())
@@ -279,19 +279,33 @@ def storage_limited(
     return None if defaults.max_storage_bytes is None and not limited else limited
 
 
-def owners_over_storage(session: Session, defaults: QuotaDefaults) -> list[str]:
+# The claim's answer of owners_over_storage, per database and defaults, for this long: the tally it
+# sums moves with the storage sweep (GLUEJOBS_STORAGE_SWEEP_S) anyway, while a claim comes every poll
+# of every worker slot. Uploads and removals show within this; the API's own checks are exact.
+OVER_STORAGE_CACHE_S = 5.0
+_over_storage: dict[tuple[str, int | None], tuple[float, list[str]]] = {}
+
+
+def owners_over_storage(session: Session, defaults: QuotaDefaults, *, cache_s: float = 0.0) -> list[str]:
     """Owners at or over their max_storage_bytes (the claim skips their jobs). Without any such
-    limit this sums nothing (one read of owner_storage_quotas)."""
+    limit this sums nothing (one read of owner_storage_quotas). With `cache_s`, an answer that
+    recent (from this process) is reused."""
+    key = (str(session.get_bind().engine.url), defaults.max_storage_bytes)
+    cached = _over_storage.get(key)
+    if cache_s and cached is not None and time.monotonic() - cached[0] < cache_s:
+        return cached[1]
     limited = storage_limited(session, defaults)
-    if limited is None:
-        return []
-    owners = None if defaults.max_storage_bytes is not None else list(limited)
-    usage = storage_by_owner(session, owners)
-    return sorted(
-        owner
-        for owner, stored in usage.items()
-        if storage_full(effective_quota(None, defaults, own_storage=limited.get(owner)), stored.total)
-    )
+    over: list[str] = []
+    if limited is not None:
+        owners = None if defaults.max_storage_bytes is not None else list(limited)
+        usage = storage_by_owner(session, owners)
+        over = sorted(
+            owner
+            for owner, stored in usage.items()
+            if storage_full(effective_quota(None, defaults, own_storage=limited.get(owner)), stored.total)
+        )
+    _over_storage[key] = (time.monotonic(), over)
+    return over
 
 
 def check_storage(session: Session, *, owner: str | None, adding: int, defaults: QuotaDefaults) -> None:

@@ -22,10 +22,8 @@ from sqlalchemy import func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from shared.core.tables import (
-    Checkpoint,
     CheckpointSize,
     File,
-    Job,
     JobOutputSize,
     OwnerStorageQuota,
     StoredModel,
@@ -84,23 +82,21 @@ def storage_by_owner(session: Session, owners: Collection[str] | None = None) ->
             ),
         ).group_by(StoredModel.owner),
         of(
-            Job.owner,
+            CheckpointSize.owner,
             select(
-                Job.owner.label("owner"),
+                CheckpointSize.owner.label("owner"),
                 literal("checkpoints").label("kind"),
                 func.sum(CheckpointSize.bytes).label("bytes"),
-            )
-            .join(Checkpoint, Checkpoint.job_id == Job.id)
-            .join(CheckpointSize, CheckpointSize.checkpoint_id == Checkpoint.id),
-        ).group_by(Job.owner),
+            ),
+        ).group_by(CheckpointSize.owner),
         of(
-            Job.owner,
+            JobOutputSize.owner,
             select(
-                Job.owner.label("owner"),
+                JobOutputSize.owner.label("owner"),
                 literal("outputs").label("kind"),
                 func.sum(JobOutputSize.bytes).label("bytes"),
-            ).join(JobOutputSize, JobOutputSize.job_id == Job.id),
-        ).group_by(Job.owner),
+            ),
+        ).group_by(JobOutputSize.owner),
     ]
     sums: dict[str, dict[str, int]] = {}
     for owner, kind, total in session.execute(union_all(*parts)).tuples():
