@@ -748,7 +748,7 @@ def test_the_dashboard_shows_owners_the_queue_by_owner_and_why_a_queued_job_wait
             cells = {
                 name: {
                     col: page.text_content(f'#owners-body tr[data-owner="{name}"] [data-col="{col}"]')
-                    for col in ("running", "devices", "queued", "device-hours")
+                    for col in ("running", "devices", "queued", "device-hours", "storage")
                 }
                 for name in ("alice", "bob")
             }
@@ -764,6 +764,7 @@ def test_the_dashboard_shows_owners_the_queue_by_owner_and_why_a_queued_job_wait
             )
             assert cells["alice"]["running"] == cells["bob"]["running"] == "0"
             assert cells["alice"]["device-hours"] == "0.00"
+            assert cells["alice"]["storage"] == cells["bob"]["storage"] == "0 B"  # nothing stored yet
 
             # The job page says whose job it is and what it waits for.
             first = ids["alice"][0]

@@ -390,14 +390,29 @@ async function jobsView(view, params) {
 }
 
 /* "Queue by owner" (GET /v1/owners): each owner's running jobs, devices in use and queued jobs
- * beside their quotas, and device-hours in the last 24 h. Hidden where the API has no such route
- * (404: an older server). */
+ * beside their quotas, device-hours in the last 24 h, and the bytes it holds in the store (files,
+ * models, checkpoints, outputs: the title says which) beside max_storage_bytes. Hidden where the API
+ * has no such route (404: an older server). */
 function ownersPanel() {
   const body = h("tbody", { id: "owners-body" });
   const note = h("p", { class: "muted", id: "owners-note" });
   const panel = h("div", { class: "card", id: "owners", hidden: true }, h("h2", {}, "Queue by owner"),
-    h("table", {}, h("thead", {}, h("tr", {}, ["owner", "running jobs", "devices in use", "queued", "device-hours 24h"].map((c) => h("th", {}, c)))), body), note);
+    h("table", {}, h("thead", {}, h("tr", {}, ["owner", "running jobs", "devices in use", "queued", "device-hours 24h", "stored"].map((c) => h("th", {}, c)))), body), note);
   const ofMax = (value, max) => (max === null || max === undefined ? `${value}` : `${value} / ${max}`);
+  const bytes = (n) => {
+    let value = Number(n || 0);
+    for (const unit of ["B", "KiB", "MiB", "GiB"]) {
+      if (Math.abs(value) < 1024) return unit === "B" ? `${value} B` : `${value.toFixed(1)} ${unit}`;
+      value /= 1024;
+    }
+    return `${value.toFixed(1)} TiB`;
+  };
+  const stored = (o) => {
+    const s = o.storage || {};
+    const max = (o.quota || {}).max_storage_bytes;
+    const title = `files ${bytes(s.files_bytes)}, models ${bytes(s.models_bytes)}, checkpoints ${bytes(s.checkpoints_bytes)}, outputs ${bytes(s.outputs_bytes)}`;
+    return h("td", { class: "num", "data-col": "storage", title }, ofMax(bytes(s.total_bytes), max === null || max === undefined ? max : bytes(max)));
+  };
   const refresh = async () => {
     let owners;
     try {
@@ -416,7 +431,8 @@ function ownersPanel() {
         h("td", { class: "num", "data-col": "running" }, o.running_jobs),
         h("td", { class: "num", "data-col": "devices" }, ofMax(o.devices_in_use, quota.max_devices)),
         h("td", { class: "num", "data-col": "queued" }, ofMax(o.queued_jobs, quota.max_queued)),
-        h("td", { class: "num", "data-col": "device-hours" }, ofMax(fmt(o.device_hours_24h, 2), quota.max_device_hours_per_day)));
+        h("td", { class: "num", "data-col": "device-hours" }, ofMax(fmt(o.device_hours_24h, 2), quota.max_device_hours_per_day)),
+        stored(o));
     }));
   };
   return { panel, refresh };
