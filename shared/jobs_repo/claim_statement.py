@@ -36,7 +36,7 @@ from enum import Enum
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Boolean, TextualSelect, column, select, text
+from sqlalchemy import Boolean, Executable, column, select, text
 from sqlalchemy.orm import Session
 
 from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Base, Job, JobStatus, utcnow
@@ -95,8 +95,9 @@ _BY_ORDER = "ORDER BY j.priority DESC, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
 
 
 @cache
-def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool) -> TextualSelect:
-    """The statement for one combination of the claim's options (each compiled once per process)."""
+def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool) -> Executable:
+    """The statement for one combination of the claim's options, as an ORM select of (whether the
+    stepwise claim must decide, the claimed Job): built once per process and combination."""
     base = "j.status = 'queued' AND (j.not_before IS NULL OR j.not_before <= :now)"
     if skip:
         base += " AND j.id <> ALL(:skip)"
@@ -145,7 +146,7 @@ def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide
     else:
         pick = f"""
     pick AS (SELECT j.id, j.owner FROM jobs j WHERE {fits} {_BY_ORDER}),"""
-    return text(f"""
+    textual = text(f"""
 WITH
 {pick}
     flags AS (SELECT ({" OR ".join(stepwise)}) AS stepwise),
@@ -173,6 +174,7 @@ SELECT flags.stepwise AS claim_stepwise, {_JOB_COLUMNS}
 FROM flags LEFT JOIN claimed ON true
 WHERE (flags.stepwise OR claimed.id IS NOT NULL) AND (SELECT count(*) FROM notified) >= 0
 """).columns(column("claim_stepwise", Boolean), *Job.__table__.columns)
+    return select(column("claim_stepwise", Boolean), Job).from_statement(textual)
 
 
 def claim_in_one_statement(
@@ -216,9 +218,7 @@ def claim_in_one_statement(
     try:
         with session.begin():
             session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            row = session.execute(
-                select(column("claim_stepwise", Boolean), Job).from_statement(statement), params
-            ).first()
+            row = session.execute(statement, params).first()
     finally:
         session.expunge_all()
     if row is None:
