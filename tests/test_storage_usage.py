@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
-from gluejobs import AsyncClient, Client
+from gluejobs import ApiError, AsyncClient, Client
 from gluejobs.cli import main as cli
 from service.main import create_app
 from shared import jobs_repo
@@ -28,7 +28,7 @@ from shared.jobs_repo.storage_usage import remove_checkpoints, sweep_storage
 from shared.queue import quotas
 from tests.dbutil import claimed
 from tests.e2e import LOOPBACK_URL, live_api
-from tests.kit import ALICE, BOB, ROOT, SPEC, auth
+from tests.kit import ALICE, BOB, ROOT, SPEC, TINY_MODEL, auth
 
 TRAIN = b"sentence,label\n" + b"".join(f"a fine sentence number {i},{i % 2}\n".encode() for i in range(40))
 STEPS = (10, 20, 30)  # 20 is the best
@@ -219,7 +219,7 @@ def test_retention_removes_old_jobs_checkpoints_in_the_s3_store(
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_client_and_the_command_line(
-    settings_factory, db_url: str, capsys: pytest.CaptureFixture[str]
+    settings_factory, db_url: str, models_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
     """client.jobs.prune_checkpoints (sync and async), `gluejobs checkpoints ls|prune`, and the storage
     in `gluejobs owners ls` and `owners set --max-storage-bytes`, against a real server whose own
@@ -263,4 +263,8 @@ def test_the_client_and_the_command_line(
         args = ["--url", url, "--api-key", ROOT]
         assert cli(["owners", "set", "alice", "--max-storage-bytes", "100000", *args]) == 0
         assert "stores 2.9 KiB (max_storage_bytes 97.7 KiB)" in capsys.readouterr().out
+        with Client(url, api_key=ALICE) as client, pytest.raises(ApiError) as refused:
+            client.models.upload(models_dir / TINY_MODEL, name="too-big")  # a model past the quota
+        assert refused.value.status_code == 429 and "max_storage_bytes" in refused.value.message
+        assert refused.value.code == "over_quota"
     db.dispose()

@@ -11,11 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.accounts import audit
+from shared.core.config import Settings
 from shared.core.db import read, write
 from shared.core.errors import InvalidRequest, quote
 from shared.core.owners import RESERVED_PREFIX, ensure_owner, is_reserved_owner_name
 from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota
-from shared.queue.quotas import QUOTA_FIELDS, QuotaDefaults, device_hours_24h, effective_quota
+from shared.queue.quotas import QUOTA_FIELDS, QuotaDefaults, check_storage, device_hours_24h, effective_quota
 from shared.queue.storage_usage import StorageUsage, own_storage_limits, storage_by_owner
 
 SETTABLE = ("share", *QUOTA_FIELDS)
@@ -96,6 +97,13 @@ def _view(
         quota_source=quota.source,
         storage=stored.as_dict(),
     )
+
+
+def check_room(session: Session, settings: Settings, owner: str | None, adding: int) -> None:
+    """429 (over_quota) when storing `adding` more bytes would take the owner past its
+    max_storage_bytes, or it holds that much already (`adding` 0: before an upload is read)."""
+    with read(session):
+        check_storage(session, owner=owner, adding=adding, defaults=QuotaDefaults.from_settings(settings))
 
 
 def set_owner_quota(

@@ -15,6 +15,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy.orm import Session
 
+from service.accounts.owner_views import check_room
 from service.deps import After, FileDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.check_runner import FileChecks
 from service.files.downloads import stored_download
@@ -26,7 +27,6 @@ from service.schemas.files import FileCheck, FileDeleted, FilePublic
 from service.schemas.jobs import ErrorResponse, Page
 from shared import jobs_repo
 from shared.core.config import Settings
-from shared.core.db import read
 from shared.core.errors import InvalidRequest
 from shared.core.faults import crash_point
 from shared.core.storage import Store, StoreUnavailable, file_key
@@ -34,7 +34,6 @@ from shared.core.tables import File
 from shared.data.local_copies import keep_copy
 from shared.jobspec.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.jobspec.tasks import GlueTask
-from shared.queue.quotas import QuotaDefaults, check_storage
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ async def create_file(
     (max_storage_bytes) the file would pass gets 429 (over_quota) naming what it holds and the limit.
     """
     if not dry_run:  # an owner at its storage quota is refused before a byte is read
-        await anyio.to_thread.run_sync(_room_for, session, settings, principal.owner, 0)
+        await anyio.to_thread.run_sync(check_room, session, settings, principal.owner, 0)
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_upload_bytes
     )
@@ -175,7 +174,7 @@ def _keep(
     file = jobs_repo.find_file(session, owner=owner, sha256=received.sha256, format=report.format)
     created = False
     if file is None:
-        _room_for(session, settings, owner, received.bytes)
+        check_room(session, settings, owner, received.bytes)
         file, created = _store(received, report, store, session, owner=owner, purpose=purpose, task=task)
     elif (file.checks or {}).get("columns") != report.checks.get("columns"):
         # Sent again with another column mapping: its tally is now that of the mapping's columns.
@@ -183,12 +182,6 @@ def _keep(
     if not store.is_local:  # this machine's copy, for the checks of the jobs that name it
         keep_copy(received.path, settings.cache_dir, sha256=received.sha256, suffix=f".{report.format}")
     return file, created
-
-
-def _room_for(session: Session, settings: Settings, owner: str | None, adding: int) -> None:
-    """429 (over_quota) when `adding` bytes would take the owner past its max_storage_bytes."""
-    with read(session):
-        check_storage(session, owner=owner, adding=adding, defaults=QuotaDefaults.from_settings(settings))
 
 
 def _column_mapping(fields: dict[str, str]) -> ColumnMapping:

@@ -25,6 +25,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, status
 from sqlalchemy.orm import Session
 
+from service.accounts.owner_views import check_room
 from service.deps import After, JobDep, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.uploads import FILE_FIELD, Received, receive_upload
 from service.schemas.jobs import ErrorResponse, Page
@@ -99,7 +100,10 @@ async def create_model(
     be a folder transformers loads without remote code: config.json with a known model_type and no
     auto_map, a tokenizer, weights, a declared shape within GLUEJOBS_MAX_MODEL_PARAMETERS; only regular
     files a model folder holds (no links, no `..`, no Python, UTF-8 names, none twice).
-    Otherwise 422 naming the problem, and nothing is kept. Name it in a job as `model:NAME`."""
+    Otherwise 422 naming the problem, and nothing is kept. An owner whose storage quota
+    (max_storage_bytes) the model would pass gets 429 (over_quota). Name it in a job as `model:NAME`."""
+    # An owner at its storage quota is refused before a byte is read (429 over_quota).
+    await anyio.to_thread.run_sync(check_room, session, settings, principal.owner, 0)
     received = await receive_upload(
         request, folder=settings.cache_dir / "uploads", max_bytes=settings.max_model_bytes
     )
@@ -128,6 +132,7 @@ def _register(
     try:
         files = unpack_model_tar(received.path, staging, max_bytes=settings.max_model_bytes)
         model_type = check_model_folder(staging, max_parameters=settings.max_model_parameters)
+        check_room(session, settings, owner, sum(f.bytes for f in files))
         sha256 = store_model(staging, files, store, session, owner)
         new = jobs_repo.NewModel(
             owner=owner,
