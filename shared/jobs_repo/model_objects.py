@@ -160,6 +160,8 @@ def store_job_model(
     sha256 = manifest_sha256(files)
     data = manifest_bytes(files)
     folder = job_key(found.job_id, found.folder)
+    if pin and store.exists(pin_key(sha256)):  # pinned once: its manifest and blobs stay for good
+        return sha256
     with _copying:
         for entry in files:
             if not store.exists(model_blob_key(entry.sha256)):
