@@ -190,6 +190,13 @@ def test_owners_storage_checkpoint_removal_and_the_quota(settings_factory, db_ur
     quotas._over_storage.clear()
     with db.session() as session:
         assert jobs_repo.claim_next(session, worker_id="w3", lease_s=60).id == running
+
+    # The retention's query on this database: only a job finished long enough ago, once.
+    old = _trained_job(db, store, "bob")
+    with db.session() as session, session.begin():
+        session.execute(update(Job).where(Job.id == old).values(finished_at=utcnow() - timedelta(days=10)))
+    assert _sweep(db, store, days=7)["retained"] == 1 and _sweep(db, store, days=7)["retained"] == 0
+    assert _folders(store, old) == ["checkpoint-20"] and len(_folders(store, failed)) == 1
     db.dispose()
 
 
