@@ -16,10 +16,21 @@ from sqlalchemy import delete, insert, select
 
 from shared import jobs_repo
 from shared.core.db import Database
-from shared.core.tables import Job, JobEvent, JobStatus, Owner, Worker, WorkerState, utcnow
+from shared.core.tables import (
+    File,
+    Job,
+    JobEvent,
+    JobStatus,
+    Owner,
+    OwnerStorageQuota,
+    Worker,
+    WorkerState,
+    utcnow,
+)
 from shared.jobs_repo import claim_statement, queue
+from shared.queue import quotas
 from shared.queue.fair_share import ClaimPolicy
-from shared.queue.quotas import QuotaDefaults
+from shared.queue.quotas import QUOTA_FIELDS, QuotaDefaults
 from tests import kit
 
 CASES = {"postgresql": 40, "sqlite": 12}  # SQLite: a check of the harness (both are the stepwise claim)
@@ -29,6 +40,7 @@ CLAIMS = 3  # claims in a row per queue: each sees what the one before changed
 @dataclass
 class Case:
     owners: list[dict[str, Any]]
+    storage: list[dict[str, Any]]  # owners' own storage quotas (the owner holds 100 bytes in a file)
     jobs: list[dict[str, Any]]
     policy: ClaimPolicy
     fit: dict[str, int]
@@ -39,6 +51,9 @@ def _case(rng: random.Random) -> Case:
     now = utcnow()
     names = [f"o{i}" for i in range(rng.randint(1, 5))]
     owners = []
+    storage = [
+        {"owner": name, "max_storage_bytes": rng.choice([50, 10**9])} for name in names if rng.random() < 0.1
+    ]
     for name in names:
         if rng.random() < 0.7:  # some owners have no row
             share = rng.choice([1.0, 1.0, 0.5, 2.0, 3.0, 0.0])
@@ -93,17 +108,37 @@ def _case(rng: random.Random) -> Case:
         quotas=QuotaDefaults(max_devices=4 if rng.random() < 0.05 else None),
     )
     skip = [job["id"] for job in jobs if rng.random() < 0.05]
-    return Case(owners, jobs, policy, fit, skip)
+    return Case(owners, storage, jobs, policy, fit, skip)
 
 
 def _build(db: Database, case: Case) -> None:
     """The case's queue, from scratch (ids as given: both claims see the same rows)."""
     now = utcnow()
     with db.engine.begin() as connection:
-        for table in (JobEvent, Job, Owner, Worker):
+        for table in (JobEvent, Job, Owner, Worker, OwnerStorageQuota, File):
             connection.execute(delete(table))
         if case.owners:
             connection.execute(insert(Owner), case.owners)
+        if case.storage:
+            connection.execute(insert(OwnerStorageQuota), case.storage)
+            connection.execute(
+                insert(File),
+                [
+                    {
+                        "owner": quota["owner"],
+                        "filename": "train.csv",
+                        "format": "csv",
+                        "purpose": "train",
+                        "bytes": 100,
+                        "sha256": "0" * 64,
+                        "rows": 1,
+                        "columns": [],
+                        "checks": {},
+                        "created_at": now,
+                    }
+                    for quota in case.storage
+                ],
+            )
         connection.execute(insert(Job.__table__), case.jobs)
         workers = (("me", now), ("other", now), ("gone", now - timedelta(hours=1)))
         connection.execute(
@@ -156,6 +191,9 @@ def test_the_one_statement_claims_what_the_stepwise_claim_claims(
         return outcome
 
     monkeypatch.setattr(queue, "claim_in_one_statement", counted)
+    # The stepwise claim reuses its list of owners over their storage quota for a few seconds;
+    # each case's queue is new, so each claim reads it afresh.
+    monkeypatch.setattr(quotas, "OVER_STORAGE_CACHE_S", 0.0)
     rng = random.Random(37)
     claimed = 0
     for number in range(CASES[db.dialect]):
@@ -172,3 +210,9 @@ def test_the_one_statement_claims_what_the_stepwise_claim_claims(
         assert sum(answered) > 0.6 * len(answered), (sum(answered), len(answered))
     else:
         assert answered == []
+
+
+def test_the_one_statement_knows_every_quota_the_claim_honours() -> None:
+    """A quota added to the claim (shared/queue/quotas.py) must be one the statement hands to the
+    stepwise claim, or it would claim past it: max_queued alone is not the claim's."""
+    assert set(QUOTA_FIELDS) - {"max_queued"} <= set(claim_statement._DEFAULT_LIMITS)
