@@ -73,10 +73,10 @@ TRAINER_ONLY_FLAGS = ("do_train", "do_eval", "do_predict", "overwrite_output_dir
 # None refuses it. Options without a value are listed in _LAUNCHER_SWITCHES.
 _TORCH_LAUNCHER = {
     "nproc_per_node": "processes",
-    "nnodes": "one_node",
-    "node_rank": "node_zero",
-    "master_addr": "the worker sets up each job's rendezvous on its own machine",
-    "master_port": "the worker picks a free port for each job",
+    "nnodes": "machines",
+    "node_rank": None,
+    "master_addr": None,
+    "master_port": None,
     "rdzv_backend": "the worker sets up each job's rendezvous on its own machine",
     "rdzv_endpoint": "the worker sets up each job's rendezvous on its own machine",
     "rdzv_id": "the worker sets up each job's rendezvous on its own machine",
@@ -86,12 +86,12 @@ _TORCH_LAUNCHER = {
 }
 _ACCELERATE_LAUNCHER = {
     "num_processes": "processes",
-    "num_machines": "one_node",
-    "machine_rank": "node_zero",
+    "num_machines": "machines",
+    "machine_rank": None,
     "mixed_precision": "mixed_precision",
     "multi_gpu": "the worker launches a job of several processes that way",
-    "main_process_port": "the worker picks a free port for each job",
-    "main_process_ip": "the worker sets up each job's rendezvous on its own machine",
+    "main_process_port": None,
+    "main_process_ip": None,
     "dynamo_backend": "dynamo_no",
     "cpu": None,
     "gpu_ids": None,
@@ -100,7 +100,14 @@ _ACCELERATE_LAUNCHER = {
     "use_fsdp": None,
 }
 _LAUNCHER_SWITCHES = {"use_env", "standalone", "multi_gpu", "cpu", "use_deepspeed", "use_fsdp"}
+_SERVICE_SETS = "the service sets each machine's rank and the rendezvous"
 _REFUSED_LAUNCHER_REASON = {
+    "node_rank": _SERVICE_SETS,
+    "machine_rank": _SERVICE_SETS,
+    "master_addr": _SERVICE_SETS,
+    "master_port": _SERVICE_SETS,
+    "main_process_ip": _SERVICE_SETS,
+    "main_process_port": _SERVICE_SETS,
     "max_restarts": "a job that fails is retried by the service (max_attempts)",
     "cpu": "the worker decides where a job runs",
     "gpu_ids": "the worker decides which devices a job gets (gluejobs worker --devices)",
@@ -459,12 +466,15 @@ def _launch_option(
         if value is None or not value.isdigit() or int(value) < 1:
             raise ScriptArgsError(f"{shown}: needs a number of processes")
         translation.spec["num_processes"] = value
-    elif meaning == "one_node":
-        if value not in ("1", "1:1"):
-            raise ScriptArgsError(f"{shown}: a job runs on one machine")
-    elif meaning == "node_zero":
-        if value != "0":
-            raise ScriptArgsError(f"{shown}: a job runs on one machine")
+    elif meaning == "machines":
+        # torchrun's --nnodes MIN:MAX is an elastic range: only a fixed count (MIN = MAX) is taken.
+        low, _, high = (value or "").partition(":")
+        if not low.isdigit() or int(low) < 1 or (high and high != low):
+            raise ScriptArgsError(
+                f"{shown}: needs a number of machines (a fixed one: elastic membership is not supported)"
+            )
+        if int(low) > 1:
+            translation.spec["num_machines"] = low
     elif meaning == "mixed_precision":
         if value not in ("no", "fp16", "bf16"):
             raise ScriptArgsError(f"{shown}: expected no, fp16 or bf16")

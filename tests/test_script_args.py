@@ -247,8 +247,8 @@ python run_glue_no_trainer.py --model_name_or_path "${MODEL}" --task_name $TASK 
         ),
         ("pip install peft\npython run_glue.py --model_name_or_path m", "`pip`: gluejobs runs one"),
         (
-            "torchrun --nnodes 2 --nproc_per_node 8 run_glue.py --model_name_or_path m",
-            "--nnodes 2: a job runs on one",
+            "torchrun --nnodes 2 --node_rank 1 --nproc_per_node 8 run_glue.py --model_name_or_path m",
+            "--node_rank 1: not supported (the service sets each machine's rank",
         ),
         (
             "accelerate launch --gpu_ids 0,1 run_glue_no_trainer.py --model_name_or_path m",
