@@ -109,7 +109,8 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
             "no checkpoint at step 9; its declared checkpoints are at steps 4"
             in missing.json()["error"]["message"]
         )
-        refused = submit(f"job:{lora}")
+        # A LoRA job's adapter is not a full model to register (a spec may name it: test_lora_sources).
+        refused = http.post(f"/v1/jobs/{lora}/model", json={"name": "adapter"}, headers=alice)
         assert refused.status_code == 422 and "LoRA adapter" in refused.json()["error"]["message"]
         from_merged = submit(f"job:{merged}").json()["spec"]["registered_model"]  # a LoRA job's merged model
         assert (from_merged["job"], from_merged["sha256"]) == (merged, sha256)

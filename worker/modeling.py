@@ -24,6 +24,7 @@ from shared.core.storage import open_store
 from shared.jobspec.registered_models import RegisteredModel, is_registered
 from shared.jobspec.spec import locate_model
 from shared.model_folders.cache import cached_model
+from worker.lora_sources import hub_revision, is_adapter, merged_adapter
 from worker.model_manifest import write_model_manifest
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,17 @@ class ModelError(JobFailed):
     failure_code = "model_load_failed"  # the job's error_code (worker/outcome.py)
 
 
-def resolve_model(name_or_path: str, settings: Settings, *, registered: RegisteredModel | None = None) -> str:
+def resolve_model(
+    name_or_path: str,
+    settings: Settings,
+    *,
+    registered: RegisteredModel | None = None,
+    revision: str | None = None,
+) -> str:
     """The absolute path of the model's folder: this machine's copy of a registered model (fetched
-    from the store by its hash, checked: shared/model_folders/cache.py), under GLUEJOBS_MODELS_DIR, or in the
-    Hub's cache.
+    from the store by its hash, checked: shared/model_folders/cache.py), a LoRA job's adapter merged
+    into its base (worker/lora_sources.py), under GLUEJOBS_MODELS_DIR, or in the Hub's cache (at
+    `revision`, a commit, when given: a LoRA adapter's base).
 
     The name goes through the API's own rule again (shared.jobspec.spec.locate_model), since a worker must
     not trust a stored spec. transformers is only ever given an absolute path: handed a Hub id, it
@@ -54,6 +62,8 @@ def resolve_model(name_or_path: str, settings: Settings, *, registered: Register
             raise ModelError(
                 f"{what} {quote(name_or_path)} ({registered.sha256[:12]}) is not in the store"
             ) from exc
+        if is_adapter(registered):  # a LoRA job's adapter: merged into the base it names
+            folder = merged_adapter(folder, registered, settings, resolve_model)
         return str(folder.resolve())
     try:
         source = locate_model(name_or_path, settings.models_dir)
@@ -65,7 +75,7 @@ def resolve_model(name_or_path: str, settings: Settings, *, registered: Register
                 f"model folder {quote(name_or_path)} not found under GLUEJOBS_MODELS_DIR (on this worker)"
             )
         return str(source)
-    return _hub_snapshot(source)
+    return _hub_snapshot(source, revision)
 
 
 # What transformers reads from a model repository: configuration, tokenizer, weights. Hub repositories
@@ -75,7 +85,7 @@ _SAFETENSORS = ["model.safetensors", "model-*-of-*.safetensors"]
 _PYTORCH_BIN = ["pytorch_model.bin", "pytorch_model-*-of-*.bin"]
 
 
-def _hub_snapshot(repo_id: str) -> str:
+def _hub_snapshot(repo_id: str, revision: str | None = None) -> str:
     """The folder of a Hub model in the local Hub cache, downloaded into it when the Hub is reachable.
 
     huggingface_hub honours HF_HUB_OFFLINE (and HF_HOME / HF_HUB_CACHE): offline, a model that is
@@ -84,9 +94,11 @@ def _hub_snapshot(repo_id: str) -> str:
     from huggingface_hub import snapshot_download
 
     try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=_CONFIG_AND_TOKENIZER + _SAFETENSORS))
+        patterns = _CONFIG_AND_TOKENIZER + _SAFETENSORS
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
         if not any(folder.glob("*.safetensors")):  # older repositories have PyTorch pickles only
-            folder = Path(snapshot_download(repo_id, allow_patterns=_CONFIG_AND_TOKENIZER + _PYTORCH_BIN))
+            patterns = _CONFIG_AND_TOKENIZER + _PYTORCH_BIN
+            folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except Exception as exc:  # huggingface_hub raises many types: offline, not found, gated, network …
         raise ModelError(
             f"model {quote(repo_id)} is neither a folder under GLUEJOBS_MODELS_DIR nor available from the "
@@ -141,6 +153,8 @@ def load_model(
         raise ModelError(f"could not load model {model!r}: {exc}{hint}") from exc
     if cls_dropout is not None:
         _set_classifier_dropout_modules(loaded, cls_dropout)
+    # A Hub model's commit (its cache folder's name): what a LoRA adapter on it records (apply_lora).
+    loaded.hub_revision = hub_revision(model)  # type: ignore[assignment]  # a plain attribute
     return loaded
 
 
@@ -244,7 +258,9 @@ def apply_lora(
 ) -> nn.Module:
     """Wrap the model in LoRA adapters, as microsoft/LoRA's recipe trains it: the backbone is frozen
     and everything outside it trains, the classifier and (DeBERTa) the pooler; PEFT's SEQ_CLS task
-    alone would keep only the classifier trainable."""
+    alone would keep only the classifier trainable. A base from the Hub: its commit (load_model's
+    hub_revision) is the adapter's adapter_config.json `revision`, so that the adapter names the exact
+    base (PEFT's AutoPeftModel loads that commit, and a job from this adapter too)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     lora_config = LoraConfig(
@@ -254,6 +270,7 @@ def apply_lora(
         lora_dropout=dropout,
         target_modules=target_modules,
         modules_to_save=trainable_outside_backbone(model),
+        revision=getattr(model, "hub_revision", None),
     )
     try:
         return get_peft_model(model, lora_config)

@@ -190,7 +190,7 @@ def job_model(
 ) -> tuple[RegisteredModel, list[ManifestFile]]:
     """The record of the job's model `source` names (found through the one ownership check: `caller`
     is the owner a non-admin caller must be), made a content-addressed model in the store; its files."""
-    found = find_job_model(session, source=source, caller=caller, field=field)
+    found = find_job_model(session, source=source, caller=caller, field=field, adapters=True)
     files = job_model_manifest(store, found, field=field)
     sha256 = store_job_model(store, found, files, scratch=scratch, pin=pin)
     record = RegisteredModel(
@@ -200,8 +200,30 @@ def job_model(
         bytes=sum(entry.bytes for entry in files),
         job=found.job_id,
         checkpoint=found.folder.rpartition("/")[2] if found.step is not None else None,
+        # A LoRA job's adapter: the base the worker loads it onto, pinned as the LoRA job pinned it.
+        base_model_name_or_path=found.base_model_name_or_path,
+        base_model=RegisteredModel.model_validate(found.base_model) if found.base_model else None,
     )
+    if pin:
+        _pin_bases(store, record, field=field)
     return record, files
+
+
+def _pin_bases(store: Store, record: RegisteredModel, *, field: str) -> None:
+    """A LoRA adapter's stored base (and its base's, …) is pinned beside the adapter: the base's
+    deletion keeps the bytes a job from the adapter loads."""
+    base = record.base_model
+    while base is not None:
+        if not store.exists(pin_key(base.sha256)):
+            try:
+                store.copy(model_manifest_key(base.sha256), pin_key(base.sha256))
+            except FileNotFoundError:
+                raise InvalidSpec(
+                    f"job {record.job}'s LoRA adapter was trained on {base.name}, whose files are no longer "
+                    "in the store",
+                    field=field,
+                ) from None
+        base = base.base_model
 
 
 def pinned_objects(store: Store) -> tuple[set[str], set[str]]:

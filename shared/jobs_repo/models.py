@@ -149,6 +149,9 @@ class JobModelFiles:
     owner: str | None
     folder: str
     step: int | None
+    # A LoRA job's adapter: the base it was trained on, as the LoRA job's stored spec names and pins it.
+    base_model_name_or_path: str | None = None
+    base_model: Mapping[str, Any] | None = None
 
     @property
     def reference(self) -> str:
@@ -156,11 +159,19 @@ class JobModelFiles:
 
 
 def find_job_model(
-    session: Session, *, source: JobSource, caller: str | None, field: str = "spec.model_name_or_path"
+    session: Session,
+    *,
+    source: JobSource,
+    caller: str | None,
+    field: str = "spec.model_name_or_path",
+    adapters: bool = False,
 ) -> JobModelFiles:
     """The files of the model `source` names, through the one ownership check (`caller`: the owner a
     non-admin caller must be); NotFound (also for another owner's job), Conflict when the job has not
-    got there yet (no final model before it succeeded), InvalidSpec when it never will."""
+    got there yet (no final model before it succeeded), InvalidSpec when it never will. A LoRA job's
+    adapter (its final model, unless it saved a merged one, and its checkpoints) with `adapters` (a
+    job's spec: the worker loads it on its base, worker/lora_sources.py), InvalidSpec without (a
+    registered model is a full model)."""
     with read(session):
         try:
             job = _owned(session, Job, source.job_id, caller)
@@ -176,9 +187,11 @@ def find_job_model(
                     field=field,
                 )
             if lora:
-                if not job.spec.get("save_merged_model"):
+                if job.spec.get("save_merged_model"):
+                    return JobModelFiles(job.id, job.owner, "merged", None)
+                if not adapters:
                     raise InvalidSpec(_lora_words(job.id, "its final model"), field=field)
-                return JobModelFiles(job.id, job.owner, "merged", None)
+                return _adapter(job, "", None)
             return JobModelFiles(job.id, job.owner, "", None)
         query = select(Checkpoint).where(Checkpoint.job_id == job.id)
         if source.best:
@@ -200,17 +213,33 @@ def find_job_model(
             what = "no best checkpoint" if source.best else f"no checkpoint at step {source.step}"
             error = Conflict if not job.status.is_terminal and not steps else InvalidSpec
             raise error(f"{name}: job {job.id} has {what}; {have}", field=field)
-        if lora:
-            raise InvalidSpec(_lora_words(job.id, f"its checkpoint at step {checkpoint.step}"), field=field)
         folder = f"checkpoints/{CHECKPOINT_PREFIX}{checkpoint.step}"
+        if lora:
+            if not adapters:
+                raise InvalidSpec(
+                    _lora_words(job.id, f"its checkpoint at step {checkpoint.step}"), field=field
+                )
+            return _adapter(job, folder, checkpoint.step)
         return JobModelFiles(job.id, job.owner, folder, checkpoint.step)
+
+
+def _adapter(job: Job, folder: str, step: int | None) -> JobModelFiles:
+    base = job.spec.get("registered_model")
+    return JobModelFiles(
+        job.id,
+        job.owner,
+        folder,
+        step,
+        base_model_name_or_path=str(job.spec["model_name_or_path"]),
+        base_model=base if isinstance(base, dict) else None,
+    )
 
 
 def _lora_words(job_id: int, what: str) -> str:
     return (
-        f"job {job_id} trained a LoRA adapter: {what} is the adapter alone, which a new job cannot start "
-        "from yet; start from a LoRA job that saved a merged model (save_merged_model: true), or from "
-        "its base model"
+        f"job {job_id} trained a LoRA adapter: {what} is the adapter alone, not a full model to register; "
+        f"a job can start from it (job:{job_id}…, loaded on its base model), or register the merged model "
+        "of a LoRA job that saved one (save_merged_model: true)"
     )
 
 

@@ -87,6 +87,19 @@ class RegisteredModel(BaseModel):
         pattern=r"^checkpoint-[0-9]{1,10}$",
         description="A job's checkpoint (job:ID/checkpoint-N, job:ID/best): which one; null: its final model",
     )
+    # A LoRA job's adapter (job:ID… of a job with apply_lora): the base it was trained on, which the
+    # worker loads the adapter onto (worker/lora_sources.py). A stored base is pinned by its own record
+    # (its sha256); a Hub base by the commit the adapter's adapter_config.json records (`revision`).
+    base_model_name_or_path: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="A LoRA job's adapter: its base model as the LoRA job named it (null: a full model)",
+    )
+    base_model: RegisteredModel | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="A LoRA job's adapter on a stored model (model:NAME, job:ID…): that model's record",
+    )
 
 
 class ManifestFile(BaseModel):

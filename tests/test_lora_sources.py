@@ -1,0 +1,41 @@
+"""A LoRA job's adapter as a source (issue 33 item 3), without processes: the adapter names its Hub base
+by commit, and the worker reads the head's size from the adapter to load the base before PEFT puts the
+adapter on it (the end-to-end run: test_lora_sources_end_to_end.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from tests.kit import TINY_MODEL
+from worker.lora_sources import head_size, hub_revision, merge_into
+from worker.modeling import apply_lora, save_model_files
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_an_adapter_names_its_hub_base_by_commit_and_merges_with_its_head(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    base = models_dir / TINY_MODEL
+    assert hub_revision(f"/hub/models--org--name/snapshots/{COMMIT}") == COMMIT
+    assert hub_revision(str(base)) is None  # a folder under GLUEJOBS_MODELS_DIR: named, not pinned
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=3)
+    model.hub_revision = COMMIT  # as load_model records a Hub model's snapshot
+    lora = apply_lora(model, r=2, alpha=4)
+    for name, weight in lora.named_parameters():
+        if "lora_B" in name:  # trained: no longer zero
+            torch.nn.init.normal_(weight, std=0.5)
+    save_model_files(lora, AutoTokenizer.from_pretrained(base), tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["revision"]) == (str(base), COMMIT)
+
+    assert head_size(tmp_path / "adapter", str(base)) == 3  # three labels, where the default is two
+    merge_into(tmp_path / "adapter", str(base), tmp_path / "merged")
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    batch = AutoTokenizer.from_pretrained(tmp_path / "merged")(["a fine film"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.allclose(lora.eval()(**batch).logits, merged(**batch).logits, atol=1e-5)
