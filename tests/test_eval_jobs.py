@@ -87,11 +87,13 @@ def test_what_a_job_without_training_cannot_honour_is_refused_by_name() -> None:
         assert found[name] == f"{name} is a training option: a job with do_train false does not train"
     assert "eval_strategy 'epoch' needs training" in found["eval_strategy"]
     assert "save_strategy 'steps' needs training" in found["save_strategy"]
-    # A task gives the labels' names and the metrics; the marker is the API's to fill in.
-    assert (
-        "needs a task_name"
-        in _refusals(task_name=None, do_train=False, do_eval=True, validation_file="v.csv")["task_name"]
-    )
+    # Without a task the job reads its own files (labels by the model's config): it needs them.
+    own = _refusals(task_name=None, do_train=False, do_eval=True, do_predict=True)
+    assert "evaluates its validation_file" in own["validation_file"]
+    assert "predicts its test_file" in own["test_file"]
+    assert "task_name" not in own
+    assert _spec(task_name=None, do_train=False, do_eval=True, validation_file="v.csv").job_kind == "eval"
+    # The marker is the API's to fill in.
     assert "here 'eval'" in _refusals(do_train=False, do_eval=True, job_kind="predict")["job_kind"]
     assert "a job that trains has none" in _refusals(job_kind="eval")["job_kind"]
     # Every option in the table is a field with a default (so "set" means "not its default").
@@ -167,6 +169,46 @@ def test_an_evaluation_job_reproduces_the_training_jobs_final_evaluation(
     assert trained.steps("eval")[-1] == trained_result["completed_steps"]
     assert (trained_dir / "config.json").is_file()
 
+    # Without a task_name: the same 32 validation rows as a file of one's own, its labels read by the
+    # model's config (id2label negative/positive; names and ids both), under a column of its own.
+    dev = (settings.glue_dir / "SST-2" / "dev.tsv").read_text().splitlines()[1:33]
+    names = {"0": "negative", "1": "positive"}
+    rows = "".join(
+        f"{text}\t{names[label] if i % 2 else label}\n"
+        for i, (text, label) in enumerate(line.rsplit("\t", 1) for line in dev)
+    )
+    (settings.data_dir / "new" / "dev.tsv").write_text("review\tverdict\n" + rows)
+    own = make_spec(
+        model_name_or_path="trained",
+        task_name=None,
+        validation_file="new/dev.tsv",
+        text_column="review",
+        label_column="verdict",
+        do_train=False,
+        do_eval=True,
+        max_train_samples=None,
+        learning_rate=5e-5,
+        num_train_epochs=3,
+        logging_steps=10,
+    )
+    reporter, result, _ = train(own, settings, tmp_path, name="own-file")
+    evaluated = {name: value for _, _, split, name, value in reporter.rows if split == "eval"}
+    assert evaluated["accuracy"] == final["accuracy"] and evaluated["loss"] == final["loss"]
+
+    # A label the model does not have: refused naming the file's field and the model's labels.
+    (settings.data_dir / "new" / "bad.tsv").write_text("review\tverdict\na film\tneutral\n")
+    from worker.data import DataError, load_raw_data
+
+    with pytest.raises(DataError) as refused:
+        load_raw_data(
+            own.model_copy(update={"validation_file": "new/bad.tsv"}),
+            settings,
+            model_folder=str(models / "trained"),
+        )
+    assert refused.value.field == "validation_file"
+    assert "'neutral' on row 1 is not one of the model's labels" in refused.value.message
+    assert "0 negative, 1 positive" in refused.value.message
+
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # nothing here is the database's
@@ -208,6 +250,27 @@ def test_evaluation_and_prediction_jobs_through_the_api_and_a_worker(
         assert upload.status_code == 201, upload.text
         evaluated = submit(client, evaluation)
         predicted = submit(client, {**spec, "do_predict": True, "test_file": upload.json()["id"]})
+
+        # Without a task_name: an uploaded validation file read by the model's labels (its config's
+        # id2label: LABEL_0, LABEL_1, or their ids); a label it lacks is refused naming both.
+        own = {"model_name_or_path": TINY_MODEL, "do_train": False, "do_eval": True, "seed": 1}
+        labelled = rows.replace("sentence2\n", "sentence2,label\n").replace(".\n", ".,{}\n")
+        good = labelled.format("LABEL_1", "0", "1").encode()
+        bad = labelled.format("LABEL_1", "maybe", "1").encode()
+        ids = [
+            client.post("/v1/files", files={"file": (name, body)}, data={"purpose": "validation"})
+            for name, body in (("own.csv", good), ("bad.csv", bad))
+        ]
+        assert [r.status_code for r in ids] == [201, 201], [r.text for r in ids]
+        refused = client.post("/v1/jobs", json={"spec": {**own, "validation_file": ids[1].json()["id"]}})
+        assert refused.status_code == 422, refused.text
+        (problem,) = refused.json()["error"]["errors"]
+        assert problem["field"] == "spec.validation_file"
+        assert "label 'maybe' on row" in problem["message"]  # an upload is read by its tally: row ?
+        assert "is not one of the model's labels" in problem["message"]
+        assert "0 LABEL_0, 1 LABEL_1" in problem["message"]
+        own_file = submit(client, {**own, "validation_file": ids[0].json()["id"]})
+        assert own_file["spec"]["job_kind"] == "eval" and own_file["spec"]["task_name"] is None
         assert (evaluated["spec"]["job_kind"], predicted["spec"]["job_kind"]) == ("eval", "predict")
         assert evaluated["spec"]["save_strategy"] == evaluated["spec"]["eval_strategy"] == "no"
 
@@ -233,6 +296,10 @@ def test_evaluation_and_prediction_jobs_through_the_api_and_a_worker(
         lines = text.splitlines()
         assert lines[0] == "index\tprediction" and len(lines) == 4
         assert all(line.split("\t")[1] in {"equivalent", "not_equivalent"} for line in lines[1:])
+        own_file = get(client, f"/v1/jobs/{own_file['id']}")
+        assert own_file["status"] == "succeeded", own_file["error"]
+        assert own_file["result"]["eval_rows"] == {"eval": 3}
+        assert {r["step"] for r in all_metrics(client, own_file["id"])} == {0}
 
 
 def test_the_cli_shows_what_a_job_does() -> None:
@@ -267,3 +334,29 @@ def test_the_cli_shows_what_a_job_does() -> None:
         "schedule: no training (eval): 0 optimizer steps, 1 evaluation at step 0 (eval 3 batches), "
         "0 checkpoints"
     )
+
+
+def test_the_leaderboard_ranks_training_runs_not_evaluations() -> None:
+    """An evaluation job (do_train false) on a task has the metrics of the model it loaded: it is not a
+    training run, so it is no leaderboard entry of its own (the job that trained the model is)."""
+    from service.research.leaderboard import build_leaderboard, is_ranked_job
+    from shared.core.tables import Job, JobStatus
+
+    def job(job_id: int, accuracy: float, **spec: Any) -> Job:
+        return Job(
+            id=job_id,
+            spec={"model_name_or_path": "m", "task_name": "sst2", **spec},
+            status=JobStatus.succeeded,
+            best_metrics={"metrics": {"accuracy": accuracy}},
+            latest_metrics={"eval": {"accuracy": accuracy}},
+            sweep_id=None,
+            rerun_of=None,
+        )
+
+    trained = job(1, 0.8, learning_rate=1e-3)
+    evaluation = job(2, 0.9, do_train=False, do_eval=True, job_kind="eval")
+    assert is_ranked_job(trained) and not is_ranked_job(evaluation)
+    boards = build_leaderboard(
+        [trained, evaluation], [], baseline_of=lambda _spec: None, task_baseline=lambda _task: None
+    )
+    assert [entry["id"] for entry in boards[0]["entries"]] == [1]

@@ -35,10 +35,13 @@ from shared.data.reading import (
     Split,
     Table,
     digest,
+    model_labels,
     read_job_data,
+    reads_model_labels,
 )
 from shared.jobspec.spec import JobSpec
 from shared.jobspec.tasks import GlueTask
+from shared.model_folders.model_size import read_config
 
 __all__ = ["GLUE_LAYOUTS", "DataError", "RawData", "TokenizedData", "load_raw_data", "tokenize_data"]
 
@@ -74,9 +77,20 @@ class TokenizedData:
 # ------------------------------------------------------------------------------------------------
 
 
-def load_raw_data(spec: JobSpec, settings: Settings) -> RawData:
-    """The job's train, eval and test rows as `datasets` splits (see shared.data.reading.read_job_data)."""
-    data = read_job_data(spec, settings, hub=hub_glue_tables)
+def load_raw_data(spec: JobSpec, settings: Settings, *, model_folder: str | None = None) -> RawData:
+    """The job's train, eval and test rows as `datasets` splits (see shared.data.reading.read_job_data).
+    An evaluation or prediction job without a task_name or train_file reads its labels by its model's
+    config (`model_folder`'s config.json: id2label, num_labels 1 a regression)."""
+    labels = None
+    if reads_model_labels(spec):
+        config = read_config(Path(model_folder) / "config.json") if model_folder is not None else None
+        labels = model_labels(config)
+        if not labels.known:
+            raise DataError(
+                "the model has no readable config.json to take its labels from (id2label): give a task_name",
+                field="model_name_or_path",
+            )
+    data = read_job_data(spec, settings, hub=hub_glue_tables, labels=labels)
     assert data.train is not None or not spec.trains, "a worker reads every split (it has the Hub)"
     return RawData(
         train=to_dataset(data.train) if data.train is not None else None,

@@ -125,7 +125,7 @@ def _train(
     # The data: the task's rows, tokenised (and cached), in batches.
     model_source = resolve_model(spec.model_name_or_path, settings, registered=spec.registered_model)
     tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
-    raw = load_raw_data(spec, settings)
+    raw = load_raw_data(spec, settings, model_folder=model_source)
     num_labels = 1 if raw.is_regression else len(raw.label_names or ())
     plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
     ranking = _ranking_metric(plan, spec.metric_for_best_model)

@@ -2,7 +2,8 @@
 
 A job counts with its value at its best evaluation (the checkpoint metric_for_best_model keeps); a
 sweep with its winning configuration's median over seeds of the same (shared/research/sweep_stats.py).
-A sweep's jobs appear only through their sweep, and reruns (checks of another entry) not at all.
+A sweep's jobs appear only through their sweep, and reruns (checks of another entry) not at all; nor
+do evaluation and prediction jobs (do_train false), nor sweeps of them: they train nothing.
 Each entry sits next to the majority-class baseline of the rows it evaluated on and is flagged
 near_chance within a point of it.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from service.research.baselines import Baseline, near_chance
 from shared.core.tables import Job, JobStatus, Sweep
+from shared.jobspec.spec import job_kind
 from shared.jobspec.tasks import EVAL_SPLIT, TASKS, greater_is_better
 
 HYPERPARAMETERS = (
@@ -81,8 +83,10 @@ def build_leaderboard(
 
 
 def is_ranked_job(job: Job) -> bool:
-    """A job that stands on its own on the leaderboard (not a sweep's, not a rerun)."""
-    return job.sweep_id is None and job.rerun_of is None
+    """A job that stands on its own on the leaderboard (not a sweep's, not a rerun) as a training run: an
+    evaluation or prediction job (do_train false) trained nothing, and its metrics are its model's,
+    which the job that trained it (or the model's upload) already stands for."""
+    return job.sweep_id is None and job.rerun_of is None and job_kind(job.spec or {}) == "train"
 
 
 def _job_entry(job: Job, baseline_of: BaselineOf) -> dict[str, Any] | None:
@@ -105,6 +109,8 @@ def _sweep_entry(
     winner = results.get("winner")
     if winner is None or sweep.spec.get("task_name") not in TASKS:
         return None
+    if any(job_kind(job.spec or {}) != "train" for job in members[:1]):
+        return None  # a sweep of evaluations (models compared on rows) trains nothing to rank
     chosen = next(c for c in results["configurations"] if c["configuration"] == winner["configuration"])
     metric = winner["metric"]
     final = chosen["final"].get(EVAL_SPLIT, {}).get(metric, {}).get("median")

@@ -133,6 +133,59 @@ class JobData:
     unread: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ModelLabels:
+    """The labels a model was trained with, from its config.json: what an evaluation or prediction job
+    without a task_name and without a train_file reads its files' labels by. `names` in id order
+    (config.id2label); None for a regression model (num_labels 1). `known` False: the config could not
+    be read here (a Hub id the API has no copy of), so the labels are left to the worker to check."""
+
+    names: tuple[str, ...] | None
+    known: bool = True
+
+    @property
+    def is_regression(self) -> bool:
+        return self.known and self.names is None
+
+    def words(self) -> str:
+        """'0 negative, 1 positive' or 'a regression (num_labels 1)': the labels as a refusal names them."""
+        if self.names is None:
+            return "a regression head (num_labels 1): numeric scores"
+        return ", ".join(f"{index} {name}" for index, name in enumerate(self.names))
+
+
+UNKNOWN_MODEL_LABELS = ModelLabels(None, known=False)
+
+
+def model_labels(config: Mapping[str, Any] | None) -> ModelLabels:
+    """The labels of a model's config.json (transformers' rule: id2label in id order, else num_labels
+    LABEL_i names; num_labels 1 or problem_type regression: a regression head)."""
+    if not isinstance(config, Mapping):
+        return UNKNOWN_MODEL_LABELS
+    id2label = config.get("id2label")
+    names: list[str] = []
+    if isinstance(id2label, Mapping) and id2label:
+        try:
+            ordered = sorted((int(key), str(value)) for key, value in id2label.items())
+        except (TypeError, ValueError):
+            ordered = []
+        if [index for index, _ in ordered] == list(range(len(ordered))):
+            names = [name for _, name in ordered]
+    num_labels = config.get("num_labels")
+    if not names:
+        count = num_labels if isinstance(num_labels, int) and num_labels > 0 else 2
+        names = [f"LABEL_{i}" for i in range(count)]
+    if config.get("problem_type") == "regression" or len(names) == 1:
+        return ModelLabels(None)
+    return ModelLabels(tuple(names))
+
+
+def reads_model_labels(spec: JobSpec) -> bool:
+    """Whether the job's labels come from its model's config: a job that does not train, has no
+    task_name (whose labels are the task's) and no train_file (whose labels a training job takes)."""
+    return not spec.trains and spec.task_name is None and spec.train_file is None
+
+
 # A reader of the Hub's GLUE splits {gluejobs split: Table}; only the worker has one (it needs datasets).
 HubReader = Callable[[GlueTask, list[str]], dict[str, Table]]
 
@@ -209,6 +262,7 @@ def read_job_data(
     train: bool = True,
     quotable: Callable[[Path], bool] = lambda _path: True,
     stored: Mapping[str, StoredUpload] | None = None,
+    labels: ModelLabels | None = None,
 ) -> JobData:
     """The job's train, eval and test rows, with text columns and label ids or scores.
 
@@ -219,7 +273,9 @@ def read_job_data(
     rows are read (a task's majority-class baseline); that needs a task_name. `quotable` says of a
     spec file whether error messages may quote what it holds (the API asks whether the caller owns it).
     `stored` ({sha256: what its upload's check found}) stands in for uploaded files, which the API
-    then does not read again (shared/jobspec/upload_tally.py).
+    then does not read again (shared/jobspec/upload_tally.py). `labels`: the model's (its config's), which
+    an evaluation or prediction job without a task_name or train_file reads its labels by
+    (reads_model_labels); unknown ones leave the files' labels unchecked.
     """
     skip = () if train else ("train_file", "test_file")
     files = _read_spec_files(spec, settings, skip=skip, quotable=quotable, stored=stored or {})
@@ -228,9 +284,14 @@ def read_job_data(
     if spec.task_name is None:
         if not train:
             raise ValueError("reading evaluation rows alone needs a task_name")
-        train_split, evals, test, text_keys, is_regression, label_names = _own_file_splits(
-            files, ColumnMapping.of(spec)
-        )
+        if reads_model_labels(spec):
+            train_split, evals, test, text_keys, is_regression, label_names = _model_label_splits(
+                files, ColumnMapping.of(spec), labels or UNKNOWN_MODEL_LABELS
+            )
+        else:
+            train_split, evals, test, text_keys, is_regression, label_names = _own_file_splits(
+                files, ColumnMapping.of(spec)
+            )
     else:
         task = TASKS[spec.task_name]
         train_split, evals, test, unread = _task_splits(
@@ -251,6 +312,8 @@ def read_job_data(
         "max_eval_samples": spec.max_eval_samples,
         "sources": sources,
     }
+    if reads_model_labels(spec) and labels is not None and labels.known:
+        identity["model_labels"] = labels.names  # other labels give the same rows other ids
     columns = ColumnMapping.of(spec).as_dict()
     if columns:  # other columns of the same file are other rows (and unmapped jobs keep their caches)
         identity["columns"] = columns
@@ -480,6 +543,72 @@ def _own_file_splits(
         evals["eval"] = rows(files["validation_file"], labels_required=True)
     test = rows(files["test_file"], labels_required=False) if "test_file" in files else None
     return train_rows, evals, test, text_keys, is_regression, label_names
+
+
+def _model_label_splits(
+    files: dict[str, Table], columns: ColumnMapping, labels: ModelLabels
+) -> tuple[None, dict[str, Split], Split | None, tuple[str, str | None], bool, list[str] | None]:
+    """An evaluation or prediction job's own validation_file and/or test_file, read with the model's
+    labels (its config's id2label): a label is one of its names, else its id. Text columns as a
+    training job's: the mapping's, else run_glue's rule on the first file."""
+    first = files.get("validation_file") or files.get("test_file")
+    if first is None:
+        raise DataError(
+            "an evaluation or prediction job without a task_name needs a validation_file (do_eval) or a "
+            "test_file (do_predict)",
+            field="validation_file",
+        )
+    text_keys = columns.text_keys(None) or _infer_text_keys(first)
+
+    def rows(table: Table, *, labels_required: bool) -> Split:
+        return _split(table, text_keys, _model_label_ids(table, labels, required=labels_required))
+
+    evals = {}
+    if "validation_file" in files:
+        evals["eval"] = rows(files["validation_file"], labels_required=True)
+    test = rows(files["test_file"], labels_required=False) if "test_file" in files else None
+    names = list(labels.names) if labels.names is not None else None
+    return None, evals, test, text_keys, labels.is_regression, names
+
+
+def _model_label_ids(table: Table, labels: ModelLabels, *, required: bool) -> np.ndarray | None:
+    """The file's labels as the model's ids (or scores for a regression model); None when a test file
+    has none, or when the model's labels are unknown here (the worker, which has the model, checks)."""
+    import numpy as np
+    import pandas as pd
+
+    if LABEL not in table.frame.columns:
+        if required:
+            _column(table, LABEL)  # the refusal, naming the columns there are
+        return None
+    values = table.frame[LABEL]
+    if not required and values.astype(str).str.strip().eq("-1").all():
+        return None  # a GLUE-style test file: -1 marks rows without a published label
+    _check_no_empty_labels(table, values)
+    if not labels.known:
+        return None
+    if labels.names is None:
+        return _scores(table, values)
+    # A label is one of the model's names, else its id ("0" or 0); names first (a model trained on
+    # labels "1", "2", "5" names them so, and its label "2" is id 1).
+    lookup = {str(i): i for i in range(len(labels.names))} | {name: i for i, name in enumerate(labels.names)}
+    if pd.api.types.is_numeric_dtype(values):
+        numbers = values.to_numpy(dtype=np.float64)
+        whole = np.isfinite(numbers) & (numbers == np.round(numbers))
+        keys = pd.Series([str(int(n)) if ok else str(n) for n, ok in zip(numbers, whole, strict=True)])
+    else:
+        keys = values.astype(str).str.strip().reset_index(drop=True)
+    mapped = keys.map(lookup)
+    valid = mapped.notna().to_numpy()
+    if not valid.all():
+        row = int(np.flatnonzero(~valid)[0])
+        raise DataError(
+            f"{table.where}: label {table.shown(values.iloc[row])} on row {table.row_number(row)} is not "
+            f"one of the model's labels (its config's id2label: {labels.words()}); give the names or ids "
+            "the model was trained with, or a task_name",
+            field=table.field,
+        )
+    return mapped.to_numpy(dtype=np.int64)
 
 
 def _infer_text_keys(table: Table) -> tuple[str, str | None]:

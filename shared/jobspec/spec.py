@@ -655,7 +655,7 @@ class JobSpec(BaseModel):
         mapping_problem = ColumnMapping.of(self).problem(pair_task=pair_task)
         if mapping_problem is not None:
             found.append(mapping_problem)
-        if self.task_name is None and self.validation_file is None and self.evaluates:
+        if self.task_name is None and self.validation_file is None and self.evaluates and self.trains:
             found.append(
                 (
                     "validation_file",
@@ -715,13 +715,23 @@ class JobSpec(BaseModel):
             )
         self.do_eval = bool(self.do_eval)
         if self.task_name is None:
-            found.append(
-                (
-                    "task_name",
-                    "an evaluation or prediction job (do_train false) needs a task_name: its label names "
-                    "and metrics come from the task",
+            # Labels from the model's config (id2label; num_labels 1: regression), its own files to read.
+            if self.do_eval and self.validation_file is None:
+                found.append(
+                    (
+                        "validation_file",
+                        "an evaluation job without a task_name evaluates its validation_file: give one "
+                        "(its labels are read by the model's id2label), or a task_name",
+                    )
                 )
-            )
+            if self.do_predict and self.test_file is None:
+                found.append(
+                    (
+                        "test_file",
+                        "a prediction job without a task_name predicts its test_file: give one, or a "
+                        "task_name (its test split)",
+                    )
+                )
         defaults = type(self).model_fields
         for name in TRAINING_ONLY_OPTIONS:
             if getattr(self, name) != defaults[name].default:

@@ -42,6 +42,7 @@ from shared.data.reading import (
     DATA_PROBLEM,
     GLUE_LAYOUTS,
     SPEC_FILE_FIELDS,
+    UNKNOWN_MODEL_LABELS,
     DataError,
     JobData,
     PredictSplit,
@@ -49,6 +50,7 @@ from shared.data.reading import (
     job_data_files,
     read_job_data,
     read_local_test_splits,
+    reads_model_labels,
 )
 from shared.jobspec.column_mapping import ColumnMapping
 from shared.jobspec.data_scope import DataScope
@@ -56,6 +58,7 @@ from shared.jobspec.spec import IntervalStrategy, JobSpec
 from shared.jobspec.suggest import near_matches
 from shared.jobspec.tasks import TASKS
 from shared.jobspec.uploaded_files import is_file_id
+from shared.submission.model_check import spec_model_labels
 
 # numpy is imported in the functions that use it: the API imports this module at start and reads a
 # job's data only on its request, so that its start does not pay for numpy's import.
@@ -156,9 +159,12 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
             "raise the setting",
             field=next(iter(large)),
         )
+    labels = spec_model_labels(spec, settings)
     try:
         with _reading(settings.max_file_checks):
-            data = read_job_data(spec, settings, quotable=scope.owns, stored=scope.stored_uploads)
+            data = read_job_data(
+                spec, settings, quotable=scope.owns, stored=scope.stored_uploads, labels=labels
+            )
         predict = _predict_splits(spec, settings)
     except DataError as exc:
         first = list(as_invalid_spec(exc).problems)
@@ -174,6 +180,11 @@ def read_and_check(spec: JobSpec, settings: Settings, *, scope: DataScope) -> tu
     report = _report(
         data, predict, own_labels=spec.task_name is None, max_length=spec.max_length, trains=spec.trains
     )
+    if labels is not None and not labels.known:
+        report.warnings.append(
+            "labels: not checked at submission: the API cannot read the model's config (its id2label); "
+            "the worker reads the files' labels by it"
+        )
     if spec.predicts_glue_test and spec.task_name and settings.glue_dir is None:
         report.unread.extend(
             f"{split}: the Hub's test split" for split in GLUE_LAYOUTS[spec.task_name].test_splits
@@ -209,6 +220,7 @@ def data_problems(
     checked whatever the others hold. At most one read per data file, plus one."""
     problems: list[Problem] = []
     failed = set(skip)
+    labels = None if "model_name_or_path" in failed else spec_model_labels(spec, settings)
     for _attempt in range(len(SPEC_FILE_FIELDS) + 1):
         variant = _without(spec, failed)
         if variant is None:
@@ -217,7 +229,12 @@ def data_problems(
         try:
             with _reading(settings.max_file_checks):
                 data = read_job_data(
-                    rest, settings, train=train, quotable=scope.owns, stored=scope.stored_uploads
+                    rest,
+                    settings,
+                    train=train,
+                    quotable=scope.owns,
+                    stored=scope.stored_uploads,
+                    labels=labels or UNKNOWN_MODEL_LABELS,
                 )
             problems += stray_labels(rest, data, scope)
             break
@@ -410,6 +427,10 @@ def _cache_key(spec: JobSpec, settings: Settings, scope: DataScope) -> str:
         (
             sorted(sources.items()),
             spec.task_name,
+            # An evaluation job's labels are its model's: another model, other ids (or a refusal).
+            (spec.model_name_or_path, spec.registered_model and spec.registered_model.sha256)
+            if reads_model_labels(spec)
+            else None,
             spec.max_train_samples,
             spec.max_eval_samples,
             spec.evaluates,

@@ -33,11 +33,13 @@ import httpx
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec
 from shared.core.storage import StoreUnavailable, open_store
+from shared.data.reading import UNKNOWN_MODEL_LABELS, ModelLabels, model_labels, reads_model_labels
 from shared.jobspec.registered_models import PREFIX, RegisteredModel, is_registered, reference
-from shared.jobspec.spec import locate_model
+from shared.jobspec.spec import JobSpec, locate_model
 from shared.jobspec.suggest import did_you_mean
 from shared.model_folders.cache import cached_model
 from shared.model_folders.model_size import check_model_size, read_config
+from shared.model_folders.reading import api_model_folder
 
 FIELD = "model_name_or_path"
 # A models folder is listed this deep (`name` and `org/name`), at most this many entries, for the
@@ -257,3 +259,28 @@ def hub_lookup(repo_id: str, timeout_s: float) -> tuple[str, str]:
         answer, reason = UNKNOWN, f"the Hub answered {response.status_code}"
     _answers.put(endpoint, repo_id, answer, reason, reachable=True)
     return answer, reason
+
+
+def spec_model_labels(spec: JobSpec, settings: Settings) -> ModelLabels | None:
+    """The labels an evaluation or prediction job without a task_name or train_file reads its files by:
+    its model's config.json (a registered model's or a job's from this machine's copy of its config and
+    tokenizer files, a folder's, a Hub id's in the Hub cache), as the worker will load it. UNKNOWN when
+    the API cannot read the config (a Hub id it has no copy of, the store away): the worker checks.
+    None for any other job (its labels are the task's or its train_file's)."""
+    if not reads_model_labels(spec):
+        return None
+    try:
+        folder = api_model_folder(spec, settings)
+    except (StoreUnavailable, FileNotFoundError, OSError):
+        return UNKNOWN_MODEL_LABELS
+    if folder is not None:
+        return model_labels(read_config(folder / "config.json"))
+    if is_registered(spec.model_name_or_path):
+        return UNKNOWN_MODEL_LABELS
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(spec.model_name_or_path, "config.json", cache_dir=hub_cache_dir())
+    except ValueError:  # not a valid repository id
+        return UNKNOWN_MODEL_LABELS
+    return model_labels(read_config(Path(found))) if isinstance(found, str) else UNKNOWN_MODEL_LABELS
