@@ -14,7 +14,10 @@ and the small owners table) and ranks owners into tiers of equal usage: first th
 (priority above the users' range), then everyone holding nothing, then each usage level upwards.
 `first_claimable` tries the tiers in order, each an index-ordered `priority DESC, id` scan with
 LIMIT 1 (FOR UPDATE SKIP LOCKED on Postgres), so a claim usually reads one index range and stops.
-Both run inside the claim's one short write transaction.
+Both run inside the stepwise claim's one short write transaction. On Postgres the common claim does
+the same in SQL, in one statement (shared/jobs_repo/claim_statement.py: the same tiers, in the same
+order); a change to the order here must be made there too (tests/test_claim_statement.py compares
+the two).
 """
 
 from __future__ import annotations
