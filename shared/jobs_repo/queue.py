@@ -59,7 +59,8 @@ def claim_next(
     owner has a quota of its own, a default quota is configured, this worker holds a reservation, a
     wide job waits to reserve one), and on SQLite, the claim is `_claim_stepwise`, the
     multi-statement claim below. Both pick the same job (tests/test_claim_statement.py compares
-    them over random queues).
+    them over random queues): a new condition on what a claim may take (a gang job's, a new quota)
+    goes into both, or the statement hands the jobs it concerns to the stepwise claim.
     """
     policy = policy or ClaimPolicy()
     if session.get_bind().dialect.name == "postgresql" and one_statement_applies(policy):
