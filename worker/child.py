@@ -149,8 +149,10 @@ def run_attempt(
                 storage=storage,
             )
         except Preempted as stopped:
-            # The checkpoint by its name, as the job's checkpoints list it: its folder is this machine's.
-            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": stopped.checkpoint.name})
+            # The checkpoint by its name, as the job's checkpoints list it: its folder is this machine's
+            # (an evaluation job stops with none).
+            saved = stopped.checkpoint.name if stopped.checkpoint is not None else None
+            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": saved})
             reporter.close()
             logger.info("%s", stopped)
             return PREEMPTED_EXIT
