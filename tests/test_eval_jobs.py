@@ -360,3 +360,36 @@ def test_the_leaderboard_ranks_training_runs_not_evaluations() -> None:
         [trained, evaluation], [], baseline_of=lambda _spec: None, task_baseline=lambda _task: None
     )
     assert [entry["id"] for entry in boards[0]["entries"]] == [1]
+
+
+def test_an_evaluation_job_stops_between_batches_when_asked(
+    settings_factory: Any, models_dir: Path, tmp_path: Path
+) -> None:
+    """A stop request (the worker shutting down) reaches an evaluation job between two batches: it
+    stops with nothing to save and writes no metric row (the next attempt evaluates again); a cancel
+    is SIGINT, which stops any job's process at once."""
+    from tests.runs import RecordingReporter
+    from worker.training import Preempted, run_training
+
+    settings: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
+    spec = make_spec(
+        do_train=False,
+        do_eval=True,
+        per_device_eval_batch_size=4,  # 8 batches of the 32 rows
+        max_train_samples=None,
+        learning_rate=5e-5,
+        num_train_epochs=3,
+        logging_steps=10,
+    )
+    asked = iter([False, False, True])
+    reporter = RecordingReporter()
+    with pytest.raises(Preempted) as stopped:
+        run_training(
+            spec,
+            settings,
+            output_dir=tmp_path / "stopped",
+            reporter=reporter,
+            stop_requested=lambda: next(asked, True),
+        )
+    assert stopped.value.checkpoint is None and "between evaluation batches" in str(stopped.value)
+    assert reporter.rows == []

@@ -12,6 +12,7 @@ the runner's writes the database) and to the job's experiment trackers; only the
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -52,10 +53,15 @@ __all__ = ["Preempted", "Reporter", "evaluate", "run_training", "train_step"]
 
 class Preempted(Exception):
     """The run stopped on request (its worker is shutting down) after saving a checkpoint at `step`;
-    the next attempt resumes from it, so at most the step in flight is lost."""
+    the next attempt resumes from it, so at most the step in flight is lost. A job that does not train
+    stops between two evaluation batches with no checkpoint (None): the next attempt evaluates again."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
-        super().__init__(f"stopped on request at step {step}; checkpoint {checkpoint.name} saved")
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        if checkpoint is None:
+            message = "stopped on request between evaluation batches; nothing to save (evaluated again next)"
+        else:
+            message = f"stopped on request at step {step}; checkpoint {checkpoint.name} saved"
+        super().__init__(message)
         self.step = step
         self.checkpoint = checkpoint
 
@@ -133,7 +139,7 @@ def _train(
     if not spec.trains:
         model = _build_model(model_source, spec, raw, num_labels)
         return _without_training(
-            spec, settings, accelerator, storage, report, model, tokenizer, raw, data, plan
+            spec, settings, accelerator, storage, report, model, tokenizer, raw, data, plan, stop_requested
         )
     train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
         data,
@@ -279,9 +285,12 @@ def _without_training(
     raw: RawData,
     data: TokenizedData,
     plan: MetricPlan,
+    stop_requested: Callable[[], bool],
 ) -> dict[str, Any]:
     """An evaluation or prediction job: the model as loaded, evaluated once (do_eval) and/or predicting
     (do_predict, test_file); no optimizer, no step, no checkpoint, no model saved (it is the one loaded).
+    A stop request (the worker shutting down) is honoured between two evaluation batches (Preempted,
+    no checkpoint); a cancel stops the process at once (SIGINT), as for any job.
 
     The evaluation's rows are numbered step 0, epoch 0: the weights have had no optimizer step in this
     job, as Trainer numbers an evaluation before training."""
@@ -320,7 +329,8 @@ def _without_training(
         f"{accelerator.device}, mixed precision {accelerator.mixed_precision}",
         data={"job_kind": job_kind(spec)},
     )
-    final_metrics = _evaluate_all(evaluator) if spec.do_eval and evaluator.evaluations else {}
+    stop = functools.partial(_stop_agreed, accelerator, stop_requested)
+    final_metrics = _evaluate_all(evaluator, stop=stop) if spec.do_eval and evaluator.evaluations else {}
     storage.local.mkdir(parents=True, exist_ok=True)  # where predictions go (a training job's model made it)
     started = time.perf_counter()
     outputs.write_predictions(accelerator, model, tokenizer, spec, settings, raw, data, report, storage)
@@ -452,14 +462,17 @@ def _stop_agreed(accelerator: Accelerator, stop_requested: Callable[[], bool]) -
 # ---------------------------------------------------------------------------------------------------
 
 
-def _evaluate_all(run: _Evaluator, *, threshold: float = 0.0) -> dict[str, float]:
-    """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics."""
+def _evaluate_all(
+    run: _Evaluator, *, threshold: float = 0.0, stop: Callable[[], bool] | None = None
+) -> dict[str, float]:
+    """Evaluate every split (MNLI: matched and mismatched); the `eval` split's metrics. `stop`: asked
+    between batches (a job that does not train), Preempted once it says yes."""
     progress = run.progress
     main: dict[str, float] = {}
     runtimes: dict[str, float] = {}
     for split, (dataloader, order) in run.evaluations.items():
         started = time.perf_counter()
-        metrics = evaluate(run.model, dataloader, run.accelerator, run.plan, order=order)
+        metrics = evaluate(run.model, dataloader, run.accelerator, run.plan, order=order, stop=stop)
         runtimes[split] = round(time.perf_counter() - started, 3)
         run.meter.eval_seconds += runtimes[split]
         ranking = progress.ranking if split == EVAL_SPLIT else None
@@ -489,6 +502,7 @@ def evaluate(
     plan: MetricPlan,
     *,
     order: np.ndarray | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """The plan's metrics and the loss over a whole split, gathered from every process; `order`:
     the dataloader serves the split's rows in this order (sorted evaluation), put back before the
@@ -497,6 +511,8 @@ def evaluate(
     all_logits, all_labels = [], []
     with torch.no_grad():
         for batch in dataloader:
+            if stop is not None and stop():
+                raise Preempted(0, None)
             logits = model(**batch).logits
             logits, labels = accelerator.gather_for_metrics((logits.float(), batch["labels"]))
             all_logits.append(logits.cpu())
