@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from shared.core.config import Settings
+from shared.jobspec.registered_models import RegisteredModel
+from shared.jobspec.spec import JobSpec
+from shared.model_folders.reading import api_model_folder
 from tests.kit import TINY_MODEL
 from worker.lora_sources import head_size, hub_revision, merge_into
 from worker.modeling import apply_lora, save_model_files
@@ -39,3 +44,15 @@ def test_an_adapter_names_its_hub_base_by_commit_and_merges_with_its_head(
     batch = AutoTokenizer.from_pretrained(tmp_path / "merged")(["a fine film"], return_tensors="pt")
     with torch.no_grad():
         assert torch.allclose(lora.eval()(**batch).logits, merged(**batch).logits, atol=1e-5)
+
+
+def test_the_api_reads_an_adapters_config_from_its_base(
+    settings_factory: Any, sqlite_url: str, models_dir: Path
+) -> None:
+    settings: Settings = settings_factory(sqlite_url)
+    adapter = RegisteredModel(
+        name="job-5", sha256="a" * 64, bytes=1, job=5, base_model_name_or_path=TINY_MODEL
+    )
+    spec = JobSpec(model_name_or_path="job:5", task_name="sst2", registered_model=adapter)
+    # The job's model is the adapter merged into its base: the base's config (shape) and tokenizer.
+    assert api_model_folder(spec, settings) == models_dir / TINY_MODEL

@@ -30,12 +30,15 @@ MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 
 def api_model_folder(spec: JobSpec, settings: Settings) -> Path | None:
     """Where the API reads the spec's model from: its registered model's config and tokenizer
-    (fetched into the cache), its folder under GLUEJOBS_MODELS_DIR, or None for a Hub id."""
-    if spec.registered_model is not None:
-        return cached_model(
-            open_store(settings), settings.cache_dir, spec.registered_model.sha256, tokenizer_only=True
-        )
-    return local_model_folder(spec.model_name_or_path, settings)
+    (fetched into the cache), its folder under GLUEJOBS_MODELS_DIR, or None for a Hub id. For a LoRA
+    job's adapter, its base's: the job's model is the adapter merged into it (worker/lora_sources.py),
+    of the base's shape, with the base's tokenizer (the LoRA job saved that one beside the adapter)."""
+    record, name = spec.registered_model, spec.model_name_or_path
+    while record is not None and record.base_model_name_or_path is not None:
+        record, name = record.base_model, record.base_model_name_or_path
+    if record is not None:
+        return cached_model(open_store(settings), settings.cache_dir, record.sha256, tokenizer_only=True)
+    return local_model_folder(name, settings)
 
 
 def local_model_folder(name_or_path: str, settings: Settings) -> Path | None:
