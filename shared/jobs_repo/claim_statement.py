@@ -2,8 +2,9 @@
 
 The multi-statement claim (queue._claim_stepwise) reads the running jobs and the owners, ranks owners
 into fair-share tiers in Python, tries each tier with its own index scan, then claims in an UPDATE
-and writes the event: about nine round trips and ~20 ms of the worker's Python per claim. Here the
-same steps are CTEs of one statement, run in autocommit (no BEGIN, no COMMIT):
+and writes the event: about nine statements in two transactions (15 round trips with BEGIN, COMMIT
+and the pool's pre-pings) and ~15 ms of the worker's Python per claim. Here the same steps are CTEs
+of one statement, run in autocommit (no BEGIN, no COMMIT): 2 round trips with the pre-ping.
 
 - `held`: devices each owner's running jobs hold; `levels`: owners of equal usage (held / share);
 - `pick`: the tiers in the claim's order, UNION ALL of LIMIT 1 index-ordered scans (priority DESC,
@@ -26,6 +27,8 @@ What it leaves to the stepwise claim (the statement claims nothing and says so):
 - configured default quotas (GLUEJOBS_DEFAULT_MAX_DEVICES, …_DEVICE_HOURS_PER_DAY,
   …_STORAGE_BYTES) limit every owner: every claim goes there without asking
   (`one_statement_applies`).
+A job the statement picked and then handed over stays locked only while the statement runs (another
+worker's claim skips it for that moment, as it skips a row any claim holds).
 """
 
 from __future__ import annotations
