@@ -272,6 +272,42 @@ class StoreDeletion(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class JobGang(Base):
+    """A job's attempt across several worker machines (issue 37): the rank-0 worker holds the job's
+    claim and opened the gang with the rendezvous it reserved (its advertised address and a port it
+    bound); the other members joined it (JobGangMember). Removed when the attempt ends or the gang is
+    released unfilled, so a member whose gang row is gone writes nothing."""
+
+    __tablename__ = "job_gangs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    # Random, per gang: ids and attempt numbers come back (SQLite reuses a freed id, a released gang
+    # hands its attempt back), a token never does, so a seat of an earlier gang never passes as one now.
+    token: Mapped[str] = mapped_column(String(32))
+    size: Mapped[int] = mapped_column(Integer)
+    address: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    full_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class JobGangMember(Base):
+    """A worker's seat in a gang: its rank (0 is the gang's opener), and its last heartbeat."""
+
+    __tablename__ = "job_gang_members"
+    __table_args__ = (UniqueConstraint("gang_id", "worker_id"),)
+
+    gang_id: Mapped[int] = mapped_column(
+        ForeignKey("job_gangs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    worker_id: Mapped[str] = mapped_column(String(255))
+    joined_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class JobEvent(Base):
     __tablename__ = "job_events"
     __table_args__ = (
