@@ -35,7 +35,8 @@ def api_model_folder(spec: JobSpec, settings: Settings) -> Path | None:
     of the base's shape, with the base's tokenizer (the LoRA job saved that one beside the adapter)."""
     record, name = spec.registered_model, spec.model_name_or_path
     while record is not None and record.base_model_name_or_path is not None:
-        record, name = record.base_model, record.base_model_name_or_path
+        name = record.base_model_name_or_path
+        record = record.base_model
     if record is not None:
         return cached_model(open_store(settings), settings.cache_dir, record.sha256, tokenizer_only=True)
     return local_model_folder(name, settings)
