@@ -20,7 +20,7 @@ from service.accounts.auth import KeyRing, Principal
 from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.db import Database
-from shared.core.errors import NotFound
+from shared.core.errors import Conflict, NotFound
 from shared.core.storage import Store
 from shared.core.tables import File, Job, Search, StoredModel, Sweep
 from shared.data.local_copies import local_copy
@@ -161,14 +161,21 @@ def get_data_scope(
 
     def job_model_record(source: JobSource) -> RegisteredModel:
         # A job's model (job:ID…): the caller's jobs (admins: anyone's), copied by the store by hash.
-        record, _files = job_model(
-            session,
-            store,
-            source=source,
-            caller=principal.owner_filter,
-            scratch=settings.cache_dir / "uploads",
-            pin=True,
-        )
+        try:
+            record, _files = job_model(
+                session,
+                store,
+                source=source,
+                caller=principal.owner_filter,
+                scratch=settings.cache_dir / "uploads",
+                pin=True,
+            )
+        except FileNotFoundError:  # a checkpoint rotated or pruned away, the job deleted, meanwhile
+            raise Conflict(
+                f"job {source.job_id}: the model's files left the store while it was being copied (a "
+                "checkpoint removed, or the job deleted); name another",
+                field="spec.model_name_or_path",
+            ) from None
         return record
 
     stored: dict[str, StoredUpload] = {}

@@ -237,13 +237,19 @@ def promote_model(
             field="name",
         )
     source = body.source(job.id)
+    scratch = settings.cache_dir / "uploads"
     try:
         found = find_job_model(session, source=source, caller=principal.owner_filter, field="checkpoint")
         files = job_model_manifest(store, found, field="checkpoint")
+        sha256 = store_job_model(store, found, files, scratch=scratch, pin=False)
     except InvalidSpec as exc:  # the words a spec gets, about this request's field
         raise InvalidRequest(exc.message, field="checkpoint") from None
-    scratch = settings.cache_dir / "uploads"
-    sha256 = store_job_model(store, found, files, scratch=scratch, pin=False)
+    except FileNotFoundError:  # a checkpoint rotated or pruned away, the job deleted, meanwhile
+        raise Conflict(
+            f"job {job.id}: the model's files left the store while they were being copied (a checkpoint "
+            "removed, or the job deleted); name another",
+            field="checkpoint",
+        ) from None
     new = jobs_repo.NewModel(
         owner=principal.owner,
         name=body.name,
@@ -261,6 +267,9 @@ def promote_model(
             logger.warning("a model's files stay in the store until the next sweep: %s", type(exc).__name__)
         raise
     # A model deleted meanwhile may have taken objects this one holds: copied again from the job.
-    store_job_model(store, found, files, scratch=scratch, pin=False)
+    try:
+        store_job_model(store, found, files, scratch=scratch, pin=False)
+    except FileNotFoundError:  # and the job's files went too: the start-up sweep cannot bring them back
+        logger.warning("model %s: an object a deletion took could not be copied again", body.name)
     logger.info("job %s: promoted to model %s (%s)", job.id, body.name, sha256[:12])
     return ModelPublic.of(model, caller=principal.owner)
