@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -116,6 +117,68 @@ def child_command(job: Job, *, worker_id: str) -> list[str]:
         "worker.child",
         *claim,
     ]
+
+
+@dataclass(frozen=True)
+class MachineRank:
+    """This worker's part in a job of several machines (a gang, shared/jobs_repo/gangs.py): its rank
+    among the `machines`, and rank 0's rendezvous (its advertised address and the port it reserved)."""
+
+    rank: int
+    machines: int
+    address: str
+    port: int
+
+
+def gang_command(
+    job: Job, *, claim_worker_id: str, machine: MachineRank, module: str = "worker.child"
+) -> list[str]:
+    """The command of one machine's part of a job of several machines: `accelerate launch` with
+    Accelerate's static multi-machine rendezvous (rank 0's launcher hosts torch's c10d TCPStore at
+    address:port; every member connects to it), the job's processes on each machine, and the claim
+    of the attempt, which is rank 0's (`claim_worker_id`) on every machine. Global rank 0 (on
+    machine 0) is the main process: it alone writes rows, checkpoints and the model, the same rule
+    as for the several processes of one machine. Over gloo on CPU (worker/training.py forces the CPU
+    when WORLD_SIZE > 1 and no GPU is there), NCCL on GPUs."""
+    processes = job_processes(job)
+    claim = ["--job-id", str(job.id), "--worker-id", claim_worker_id, "--attempt", str(job.attempts)]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes * machine.machines),  # accelerate's count is the whole gang's
+        "--num_machines",
+        str(machine.machines),
+        "--machine_rank",
+        str(machine.rank),
+        "--main_process_ip",
+        machine.address,
+        "--main_process_port",
+        str(machine.port),
+        "--dynamo_backend",
+        "no",
+        "--module",
+        module,
+        *claim,
+    ]
+
+
+def reserve_port(address: str, ports: range | None = None) -> socket.socket:
+    """A bound socket on `address` (a port of `ports`, else any free one) that holds the gang's
+    rendezvous port until rank 0 launches: the caller closes it just before, so no other job of this
+    machine takes the port in between."""
+    candidates = list(ports) if ports is not None else [0]
+    for port in candidates:
+        sock = socket.socket()
+        try:
+            sock.bind((address, port))
+        except OSError:
+            sock.close()
+            continue
+        return sock
+    raise OSError(f"no free port on {address} in {ports}")
 
 
 def job_processes(job: Job) -> int:
