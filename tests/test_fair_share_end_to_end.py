@@ -1,4 +1,4 @@
-"""A team's shared fleet with real worker processes, on SQLite and Postgres (issue 16):
+"""A team's shared fleet with real worker processes (issue 16):
 
 - fair share: alice queues 20 jobs, then bob 3; two one-slot workers start bob's three before
   alice's sixth, and every job runs once;
@@ -7,6 +7,12 @@
   once it has waited past GLUEJOBS_RESERVATION_AFTER_S and starts there; one-slot jobs run after it.
 
 Start times are read from the database (started_at, finished_at), never inferred from sleeps.
+
+Each runs on one database: the claim's rules (fair share, the device quota, the reservation) are the
+claim's SQL, which tests/test_fair_share.py holds on both databases, and claims racing from several
+workers are tests/test_queue.py's, on both; what these add is real workers going by those rules. Two
+workers racing run on Postgres, a fleet's database; the one worker with three slots on SQLite. (Each on
+both databases cost the suite about three more minutes.)
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ def _all_ran_once(jobs: dict[int, Job], claims: list[int]) -> None:
     assert claims == sorted(jobs)
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_bobs_three_jobs_start_before_alices_sixth(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
 ) -> None:
@@ -97,6 +104,7 @@ def test_bobs_three_jobs_start_before_alices_sixth(
     assert all(started[i] < alices_sixth for i in bob), {i: started[i].isoformat() for i in bob}
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_device_quota_of_one_runs_alices_jobs_one_at_a_time_beside_bobs(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
 ) -> None:
@@ -128,6 +136,7 @@ def _overlap(one: Job, other: Job) -> bool:
     return one.started_at < other.finished_at and other.started_at < one.finished_at
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_wide_job_reserves_a_worker_amid_a_stream_of_narrow_ones(
     settings_factory: Any, db_url: str, db: Database, tmp_path: Path
 ) -> None:
