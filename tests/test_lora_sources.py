@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+from pydantic import ValidationError
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from shared.core.config import Settings
@@ -56,3 +58,15 @@ def test_the_api_reads_an_adapters_config_from_its_base(
     spec = JobSpec(model_name_or_path="job:5", task_name="sst2", registered_model=adapter)
     # The job's model is the adapter merged into its base: the base's config (shape) and tokenizer.
     assert api_model_folder(spec, settings) == models_dir / TINY_MODEL
+
+
+def test_a_merge_on_request_is_an_evaluation_job_from_an_adapter_that_saves_it() -> None:
+    merge = {"task_name": "sst2", "do_train": False, "do_eval": True, "save_merged_model": True}
+    assert JobSpec.model_validate({**merge, "model_name_or_path": "job:5/checkpoint-40"}).save_merged_model
+    for refused in (
+        {**merge, "model_name_or_path": TINY_MODEL},  # no adapter to merge
+        {"model_name_or_path": TINY_MODEL, "task_name": "sst2", "save_merged_model": True},  # no LoRA
+    ):
+        with pytest.raises(ValidationError) as caught:
+            JobSpec.model_validate(refused)
+        assert [error["loc"][0] for error in caught.value.errors()] == ["save_merged_model"]

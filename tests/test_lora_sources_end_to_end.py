@@ -3,7 +3,8 @@ LoRA job trains; an evaluation job from `job:N` (its final adapter) and one from
 load the adapter on its base, pinned in the stored spec, and reproduce the job's own final evaluation;
 a training job from the adapter starts from the merged model (a new adapter on it: with a learning
 rate too small to move a weight, its evaluation is the first job's). In the test process, PEFT loads
-the adapter the job stored, and the worker's merge of it gives the same logits."""
+the adapter the job stored, and the merged model an evaluation job saved on request (save_merged_model)
+loads with from_pretrained and gives the same logits."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from shared.core.config import Settings
 from shared.core.storage import job_key, open_store
 from tests.e2e import api_process, get, start_worker, submit, wait_for
 from tests.kit import TINY_MODEL
-from worker.lora_sources import merge_into
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +76,11 @@ def test_a_lora_jobs_adapter_is_evaluated_and_trained_on_from_its_base(
             lora = _ended(client, submit(client, SPEC)["id"])
             step = lora["result"]["completed_steps"]
             sources = [f"job:{lora['id']}", f"job:{lora['id']}/checkpoint-{step}"]
-            evaluations = [submit(client, {**EVAL, "model_name_or_path": source}) for source in sources]
+            # The checkpoint's evaluation also saves the adapter merged into its base (merged/).
+            evaluations = [
+                submit(client, {**EVAL, "model_name_or_path": source, "save_merged_model": index == 1})
+                for index, source in enumerate(sources)
+            ]
             trained = submit(
                 client, {**SPEC, "model_name_or_path": sources[0], "learning_rate": 1e-12, "lora_r": 2}
             )
@@ -109,8 +113,14 @@ def test_a_lora_jobs_adapter_is_evaluated_and_trained_on_from_its_base(
 
     base = AutoModelForSequenceClassification.from_pretrained(models_dir / TINY_MODEL, num_labels=2)
     peft_model = PeftModel.from_pretrained(base, str(adapter)).eval()
-    merge_into(adapter, str(models_dir / TINY_MODEL), tmp_path / "merged")
-    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    # The merged model the evaluation job saved, downloaded: a full model, with the task's label names.
+    merged_dir = tmp_path / "merged"
+    merged_dir.mkdir()
+    saved = job_key(evaluations[1]["id"], "merged")
+    for stored in store.list(saved):
+        (merged_dir / stored.path).write_bytes(store.read(f"{saved}/{stored.path}"))
+    merged = AutoModelForSequenceClassification.from_pretrained(merged_dir).eval()
+    assert merged.config.id2label == {0: "negative", 1: "positive"}
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
     batch = tokenizer(["a gripping, funny film", "dull and far too long"], return_tensors="pt", padding=True)
     with torch.no_grad():

@@ -16,10 +16,12 @@ from transformers import PreTrainedTokenizerBase
 
 from shared.core.artifact_links import artifact_path, download_command
 from shared.core.config import Settings
+from shared.core.errors import JobFailed
 from shared.jobspec.spec import JobSpec
 from worker.batches import collator
 from worker.data import RawData, TokenizedData, in_row_order, longest_first
 from worker.job_storage import JobStorage
+from worker.lora_sources import is_adapter
 from worker.meter import Meter
 from worker.model_manifest import write_model_manifest
 from worker.modeling import save_model_files
@@ -76,6 +78,32 @@ def _save_final_model(
             tokenizer.save_pretrained(str(merged_dir))
             write_model_manifest(merged_dir)  # what job:ID of a LoRA job starts from, by hash
             report.log(f"saved the model with the adapter merged in: {artifact_path(job_id, 'merged')}/…")
+    accelerator.wait_for_everyone()
+
+
+def save_merged_source(
+    accelerator: Accelerator,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    spec: JobSpec,
+    report: MainProcessReporter,
+    storage: JobStorage,
+) -> None:
+    """A job with do_train false and save_merged_model: the LoRA job's adapter it loaded (merged into
+    its base: worker/lora_sources.py), saved as a full model in merged/ with this job's label names,
+    beside its manifest, as a LoRA job's merged model is: a merge on request of any LoRA job's final
+    adapter or checkpoint."""
+    if not is_adapter(spec.registered_model):
+        raise JobFailed(
+            f"save_merged_model: {spec.model_name_or_path} is not a LoRA job's adapter but a full model "
+            "already (download it as it is)",
+            field="save_merged_model",
+        )
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        merged_dir = storage.local / "merged"
+        save_model_files(accelerator.unwrap_model(model), tokenizer, merged_dir)
+        report.log(f"saved the adapter merged into its base: {artifact_path(storage.job_id, 'merged')}/…")
     accelerator.wait_for_everyone()
 
 

@@ -332,6 +332,8 @@ def _without_training(
     stop = functools.partial(_stop_agreed, accelerator, stop_requested)
     final_metrics = _evaluate_all(evaluator, stop=stop) if spec.do_eval and evaluator.evaluations else {}
     storage.local.mkdir(parents=True, exist_ok=True)  # where predictions go (a training job's model made it)
+    if spec.save_merged_model:  # a LoRA job's adapter, merged into its base as this job loaded it
+        outputs.save_merged_source(accelerator, model, tokenizer, spec, report, storage)
     started = time.perf_counter()
     outputs.write_predictions(accelerator, model, tokenizer, spec, settings, raw, data, report, storage)
     return outputs.evaluation_summary(

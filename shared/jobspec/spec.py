@@ -34,6 +34,7 @@ from shared.core.errors import GluejobsError, InvalidSpec, field_error, field_er
 from shared.jobspec import validation_messages
 from shared.jobspec.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
 from shared.jobspec.data_scope import DataScope
+from shared.jobspec.job_sources import is_job_source
 from shared.jobspec.metric_rules import possible_metrics
 from shared.jobspec.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.jobspec.registered_models import RegisteredModel, is_registered, parse_reference
@@ -162,7 +163,6 @@ TRAINING_ONLY_OPTIONS = (
     "freeze_word_embeddings",
     "fast_dropout",
     "apply_lora",
-    "save_merged_model",
     "eval_steps",
     "save_steps",
     "save_total_limit",
@@ -366,7 +366,8 @@ class JobSpec(BaseModel):
     )
     save_merged_model: bool = Field(
         default=False,
-        description="LoRA: also save the adapter merged into the base model (output_dir/merged)",
+        description="LoRA: also save the adapter merged into the base model (output_dir/merged); on a job "
+        "with do_train false from a LoRA job's adapter (job:ID…), save that adapter merged into its base",
     )
 
     # --- evaluation, checkpoints, logging (Trainer options) --------------------------------------
@@ -697,8 +698,16 @@ class JobSpec(BaseModel):
             )
         if self.shuffle_length_groups and not self.group_by_length:
             found.append(("shuffle_length_groups", "shuffle_length_groups needs group_by_length"))
-        if not self.apply_lora and self.save_merged_model:
+        if self.save_merged_model and not self.apply_lora and self.trains:
             found.append(("save_merged_model", "save_merged_model needs apply_lora"))
+        if self.save_merged_model and not self.trains and not is_job_source(self.model_name_or_path):
+            found.append(
+                (
+                    "save_merged_model",
+                    "save_merged_model on a job with do_train false saves a LoRA job's adapter merged into "
+                    "its base: name the adapter as the model (job:ID, job:ID/checkpoint-STEP, job:ID/best)",
+                )
+            )
         if found:
             raise field_errors(found)
         return self
