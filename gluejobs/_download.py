@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
@@ -32,6 +32,17 @@ import httpx
 from gluejobs._core import DEFAULT_TIMEOUT_S, Call
 from gluejobs._types import ApiError, Artifact
 
+MERGED = "merged"  # the folder of a model with a LoRA adapter merged in (worker/outputs.py)
+# What a merge on request copies from the LoRA job's spec: the task or the file and its columns (the
+# labels' names and count); the merge job evaluates one row, the least a job without training does.
+MERGE_KEEPS = (
+    "task_name",
+    "validation_file",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "max_length",
+)
 DOWNLOAD_KINDS = ("model", "predictions")  # what `download` fetches without a checkpoint or path
 DOWNLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, read=300.0)
 TAR_TYPE = "application/x-tar"
@@ -151,3 +162,25 @@ def new_file(final: Path) -> Iterator[BinaryIO]:
         os.replace(temp, final)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def merge_spec(job_id: int, spec: dict[str, Any], checkpoint: int | None) -> dict[str, Any]:
+    """The spec of the job that saves LoRA job `job_id`'s adapter (its final one, or its checkpoint at
+    step `checkpoint`) merged into its base: an evaluation of one row with save_merged_model."""
+    if not spec.get("apply_lora"):
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"job {job_id} trained no LoRA adapter: its model is a full model already (download it as it is)",
+            field="merged",
+        )
+    source = f"job:{job_id}" if checkpoint is None else f"job:{job_id}/checkpoint-{checkpoint}"
+    kept = {name: spec[name] for name in MERGE_KEEPS if spec.get(name) is not None}
+    return {
+        **kept,
+        "model_name_or_path": source,
+        "do_train": False,
+        "do_eval": True,
+        "max_eval_samples": 1,
+        "save_merged_model": True,
+    }

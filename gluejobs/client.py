@@ -62,7 +62,7 @@ from gluejobs._core import (
     data_of,
     query,
 )
-from gluejobs._download import DOWNLOAD_KINDS, Download, Receiver, new_file
+from gluejobs._download import DOWNLOAD_KINDS, MERGED, Download, Receiver, merge_spec, new_file
 from gluejobs._files import LocalFile
 from gluejobs._models import model_path, models_call, packed_folder, promote_call, upload_call
 from gluejobs._searches import AsyncSearches, Searches, SearchOptions
@@ -528,6 +528,28 @@ class Jobs:
             self._c._send(target.call(item), into=target.receiver(item))
         return target.root
 
+    def download_merged(
+        self, job_id: int, dest: Destination, *, checkpoint: int | None = None, timeout: float | None = None
+    ) -> Path:
+        """A LoRA job's adapter (its final one, or its checkpoint at step `checkpoint`) merged into its
+        base, a full model that `from_pretrained` loads, into `dest`; returns `dest`. A LoRA job that
+        saved its merged model (save_merged_model) gives it; otherwise this queues the job that saves
+        it (an evaluation of one row from `job:ID…` with save_merged_model), waits for it (`timeout`
+        seconds at most: TimeoutError) and downloads its merged model. ApiError 422 for a job without
+        LoRA, and as the API answers the job (404, 409 before the adapter exists)."""
+        source = self.get(job_id)
+        spec = merge_spec(job_id, source.spec, checkpoint)
+        if checkpoint is None and source.spec.get("save_merged_model") and source.status == "succeeded":
+            return _merged_folder(self.download(job_id, dest, path=MERGED))
+        merge = self.wait(self.create(spec).id, timeout=timeout)
+        if merge.status != "succeeded":
+            raise ApiError(
+                409,
+                "conflict",
+                f"job {merge.id}, which merges job {job_id}'s adapter, {merge.status}: {merge.error}",
+            )
+        return _merged_folder(self.download(merge.id, dest, path=MERGED))
+
 
 class Sweeps:
     """`client.sweeps`: one job per combination of seeds and grid values, and statistics over seeds."""
@@ -856,6 +878,22 @@ class AsyncJobs:
             await self._c._send(target.call(item), into=target.receiver(item))
         return target.root
 
+    async def download_merged(
+        self, job_id: int, dest: Destination, *, checkpoint: int | None = None, timeout: float | None = None
+    ) -> Path:
+        source = await self.get(job_id)
+        spec = merge_spec(job_id, source.spec, checkpoint)
+        if checkpoint is None and source.spec.get("save_merged_model") and source.status == "succeeded":
+            return _merged_folder(await self.download(job_id, dest, path=MERGED))
+        merge = await self.wait((await self.create(spec)).id, timeout=timeout)
+        if merge.status != "succeeded":
+            raise ApiError(
+                409,
+                "conflict",
+                f"job {merge.id}, which merges job {job_id}'s adapter, {merge.status}: {merge.error}",
+            )
+        return _merged_folder(await self.download(merge.id, dest, path=MERGED))
+
 
 class AsyncSweeps:
     """`client.sweeps` of AsyncClient: Sweeps' methods, awaited."""
@@ -968,3 +1006,8 @@ class AsyncWorkers:
 
     async def list(self) -> builtins.list[WorkerInfo]:
         return await self._c._all(Call("GET", "/v1/workers"), WorkerInfo)
+
+
+def _merged_folder(root: Path) -> Path:
+    """The downloaded merged model: `root/merged` (a folder comes under its own name)."""
+    return root / MERGED if (root / MERGED).is_dir() else root

@@ -3,8 +3,8 @@ LoRA job trains; an evaluation job from `job:N` (its final adapter) and one from
 load the adapter on its base, pinned in the stored spec, and reproduce the job's own final evaluation;
 a training job from the adapter starts from the merged model (a new adapter on it: with a learning
 rate too small to move a weight, its evaluation is the first job's). In the test process, PEFT loads
-the adapter the job stored, and the merged model an evaluation job saved on request (save_merged_model)
-loads with from_pretrained and gives the same logits."""
+the adapter the job stored, and the merged model `gluejobs download --merged` fetched (a job that saved
+it on request) loads with from_pretrained and gives the same logits."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import httpx
 import pytest
 import torch
 
+from gluejobs.cli import main as cli
 from shared.core.config import Settings
 from shared.core.storage import job_key, open_store
 from tests.e2e import api_process, get, start_worker, submit, wait_for
@@ -76,11 +77,7 @@ def test_a_lora_jobs_adapter_is_evaluated_and_trained_on_from_its_base(
             lora = _ended(client, submit(client, SPEC)["id"])
             step = lora["result"]["completed_steps"]
             sources = [f"job:{lora['id']}", f"job:{lora['id']}/checkpoint-{step}"]
-            # The checkpoint's evaluation also saves the adapter merged into its base (merged/).
-            evaluations = [
-                submit(client, {**EVAL, "model_name_or_path": source, "save_merged_model": index == 1})
-                for index, source in enumerate(sources)
-            ]
+            evaluations = [submit(client, {**EVAL, "model_name_or_path": source}) for source in sources]
             trained = submit(
                 client, {**SPEC, "model_name_or_path": sources[0], "learning_rate": 1e-12, "lora_r": 2}
             )
@@ -95,6 +92,17 @@ def test_a_lora_jobs_adapter_is_evaluated_and_trained_on_from_its_base(
                 reached = _evaluations(client, job["id"])
                 assert reached["accuracy"][-1] == final["accuracy"][-1]
                 assert reached["loss"][-1] == pytest.approx(final["loss"][-1], rel=1e-5)
+            # The merged model on request: the command line queues the job that merges the checkpoint's
+            # adapter into its base (an evaluation job with save_merged_model), waits, downloads merged/.
+            argv = [
+                "download",
+                str(lora["id"]),
+                str(tmp_path / "merged"),
+                "--merged",
+                "--checkpoint",
+                str(step),
+            ]
+            assert cli([*argv, "--url", str(client.base_url)]) == 0
         finally:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
@@ -113,15 +121,10 @@ def test_a_lora_jobs_adapter_is_evaluated_and_trained_on_from_its_base(
 
     base = AutoModelForSequenceClassification.from_pretrained(models_dir / TINY_MODEL, num_labels=2)
     peft_model = PeftModel.from_pretrained(base, str(adapter)).eval()
-    # The merged model the evaluation job saved, downloaded: a full model, with the task's label names.
-    merged_dir = tmp_path / "merged"
-    merged_dir.mkdir()
-    saved = job_key(evaluations[1]["id"], "merged")
-    for stored in store.list(saved):
-        (merged_dir / stored.path).write_bytes(store.read(f"{saved}/{stored.path}"))
-    merged = AutoModelForSequenceClassification.from_pretrained(merged_dir).eval()
+    # The merged download: a full model, with the task's label names.
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged" / "merged").eval()
     assert merged.config.id2label == {0: "negative", 1: "positive"}
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged" / "merged")
     batch = tokenizer(["a gripping, funny film", "dull and far too long"], return_tensors="pt", padding=True)
     with torch.no_grad():
         assert torch.allclose(peft_model(**batch).logits, merged(**batch).logits, atol=1e-5)

@@ -286,14 +286,24 @@ def metrics(
 @JOB_ID
 @click.argument("dest", metavar="DIR")
 @click.option("--checkpoint", type=int, metavar="STEP", help="The checkpoint saved at this step.")
-def download(api: Invocation, job_id: int, dest: str, checkpoint: int | None) -> None:
+@click.option(
+    "--merged",
+    is_flag=True,
+    help="A LoRA job: its adapter (or --checkpoint's) merged into its base, a full model; queues the job "
+    "that merges it when the LoRA job saved none, and waits for it.",
+)
+def download(api: Invocation, job_id: int, dest: str, checkpoint: int | None, merged: bool) -> None:
     """Download a job's final model, or one checkpoint, into DIR."""
     with api.client() as client:
         try:
-            folder = client.jobs.download(job_id, dest, checkpoint=checkpoint)
+            if merged:
+                folder = client.jobs.download_merged(job_id, dest, checkpoint=checkpoint)
+            else:
+                folder = client.jobs.download(job_id, dest, checkpoint=checkpoint)
         except OSError as exc:  # the local side: a full disk, a folder that cannot be written
             raise CliError(f"cannot write the download into {dest}: {exc}") from exc
     what = f"checkpoint {checkpoint}" if checkpoint is not None else "model"
+    what = f"merged {what}" if merged else what
     print(f"job {job_id}: {what} downloaded to {folder}")
 
 
