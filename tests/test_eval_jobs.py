@@ -178,22 +178,27 @@ def test_an_evaluation_job_reproduces_the_training_jobs_final_evaluation(
         for i, (text, label) in enumerate(line.rsplit("\t", 1) for line in dev)
     )
     (settings.data_dir / "new" / "dev.tsv").write_text("review\tverdict\n" + rows)
+    (settings.data_dir / "new" / "unlabelled.csv").write_text("review\na lovely film\nawful\n")
     own = make_spec(
         model_name_or_path="trained",
         task_name=None,
         validation_file="new/dev.tsv",
+        test_file="new/unlabelled.csv",
         text_column="review",
         label_column="verdict",
         do_train=False,
         do_eval=True,
+        do_predict=True,
         max_train_samples=None,
         learning_rate=5e-5,
         num_train_epochs=3,
         logging_steps=10,
     )
-    reporter, result, _ = train(own, settings, tmp_path, name="own-file")
+    reporter, result, own_dir = train(own, settings, tmp_path, name="own-file")
     evaluated = {name: value for _, _, split, name, value in reporter.rows if split == "eval"}
     assert evaluated["accuracy"] == final["accuracy"] and evaluated["loss"] == final["loss"]
+    lines = (own_dir / "predict_results.tsv").read_text().splitlines()  # by the model's label names
+    assert len(lines) == 3 and all(line.split("\t")[1] in {"negative", "positive"} for line in lines[1:])
 
     # A label the model does not have: refused naming the file's field and the model's labels.
     (settings.data_dir / "new" / "bad.tsv").write_text("review\tverdict\na film\tneutral\n")
@@ -269,7 +274,11 @@ def test_evaluation_and_prediction_jobs_through_the_api_and_a_worker(
         assert "label 'maybe' on row" in problem["message"]  # an upload is read by its tally: row ?
         assert "is not one of the model's labels" in problem["message"]
         assert "0 LABEL_0, 1 LABEL_1" in problem["message"]
-        own_file = submit(client, {**own, "validation_file": ids[0].json()["id"]})
+        own = {**own, "validation_file": ids[0].json()["id"]}
+        planned = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": own})
+        assert planned.status_code == 200, planned.text
+        assert planned.json()["data"]["label_names"] == ["LABEL_0", "LABEL_1"]
+        own_file = submit(client, own)
         assert own_file["spec"]["job_kind"] == "eval" and own_file["spec"]["task_name"] is None
         assert (evaluated["spec"]["job_kind"], predicted["spec"]["job_kind"]) == ("eval", "predict")
         assert evaluated["spec"]["save_strategy"] == evaluated["spec"]["eval_strategy"] == "no"
