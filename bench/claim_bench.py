@@ -64,8 +64,9 @@ from shared.queue.fair_share import ClaimPolicy  # noqa: E402
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 
 
-def fill(db: Database, *, jobs: int, owners: int) -> None:
-    """`jobs` queued jobs, owner i's jobs interleaved with the others', priorities 0–2."""
+def fill(db: Database, *, jobs: int, owners: int, max_devices: int | None = None) -> None:
+    """`jobs` queued jobs, owner i's jobs interleaved with the others', priorities 0–2; with
+    `max_devices`, every owner's own device quota."""
     now = utcnow()
     rows = [
         {
@@ -82,7 +83,10 @@ def fill(db: Database, *, jobs: int, owners: int) -> None:
         for index in range(jobs)
     ]
     with db.engine.begin() as connection:
-        connection.execute(insert(Owner), [{"name": f"owner-{i:02d}", "share": 1.0} for i in range(owners)])
+        connection.execute(
+            insert(Owner),
+            [{"name": f"owner-{i:02d}", "share": 1.0, "max_devices": max_devices} for i in range(owners)],
+        )
         connection.execute(insert(Job.__table__), rows)
         connection.execute(text("ANALYZE jobs"))
 
@@ -221,7 +225,7 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool, path: str = "new") -
         db = Database(url)
         try:
             upgrade(db)
-            fill(db, jobs=args.jobs, owners=args.owners)
+            fill(db, jobs=args.jobs, owners=args.owners, max_devices=args.owner_max_devices)
             settings = Settings(database_url=url, fair_share=fair_share)  # type: ignore[call-arg]
             policy = ClaimPolicy.from_settings(settings)
             ctx = multiprocessing.get_context("spawn")
@@ -251,6 +255,7 @@ def run_mode(args: argparse.Namespace, *, fair_share: bool, path: str = "new") -
         "fair_share": fair_share,
         "queued_jobs": args.jobs,
         "owners": args.owners,
+        "owner_max_devices": args.owner_max_devices,
         "workers": args.workers,
         "claims": len(latencies),
         "claim_p50_ms": percentile(latencies, 0.5),
@@ -293,6 +298,12 @@ def main() -> int:
     parser.add_argument("--modes", default="on,off", help="fair share on, off, or both")
     parser.add_argument(
         "--paths", default="old,new", help="the claim before issue 37 (old), today's (new), or both"
+    )
+    parser.add_argument(
+        "--owner-max-devices",
+        type=int,
+        default=None,
+        help="give every owner its own max_devices (the claim of a device-limited owner's job)",
     )
     parser.add_argument("--traced", type=int, default=21, help="claims whose round trips are counted")
     args = parser.parse_args()

@@ -15,18 +15,17 @@ of one statement, run in autocommit (no BEGIN, no COMMIT): 2 round trips with th
 - `claimed`: the UPDATE of that row (re-checking it is queued); `event`: its state event; `notified`:
   pg_notify for the live streams (delivered at the statement's commit, as before).
 
-A picked job whose owner has a device quota of its own (max_devices) is not claimed by that statement:
-the claims of a limited owner must be serialised on its row lock and count its devices after it,
-which one statement cannot (READ COMMITTED gives it one snapshot: it would not see a claim committed
-while it waited). The claim then takes a second, short transaction: the owner's row lock, then the
-statement again with the stepwise claim's device filters (its snapshot, taken after the lock,
-counts every claim committed before): 7 round trips in all, against the stepwise claim's 20.
-
 What it leaves to the stepwise claim (the statement claims nothing and says so):
-- a picked job whose owner has a device-hour or storage quota of its own (those sums are the quota
-  module's, in Python), or, after the lock, whose owner is another device-limited owner. A job of an
-  owner without a quota passes every quota filter, so the first job in the claim's order, quotas
-  aside, is the stepwise claim's pick too: the statement claims it;
+- a picked job whose owner has a device, device-hour or storage quota of its own: the stepwise claim
+  serialises a device-limited owner's claims on its row lock and counts its devices again after it,
+  which one statement cannot (READ COMMITTED gives it one snapshot: it would not see a claim
+  committed while it waited); the device-hours and storage sums are the quota module's, in Python.
+  (A second transaction that locks the owner's row and runs the statement again, 7 round trips
+  alone, was tried: with 8 workers and every owner limited, the job first in the order had often
+  been taken meanwhile, and the claims fell to the stepwise claim after it, p50 598 ms against
+  530 ms and more CPU; bench/results/claim-2026-12-07.txt.)
+  A job of an owner without a quota passes every quota filter, so the first job in the claim's
+  order, quotas aside, is the stepwise claim's pick too: the statement claims it;
 - this worker's own reservation, and a wide job waiting to reserve a worker (reservations.py: rare,
   and bookkeeping with its own event);
 - configured default quotas (GLUEJOBS_DEFAULT_MAX_DEVICES, …_DEVICE_HOURS_PER_DAY,
@@ -44,11 +43,10 @@ from enum import Enum
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Boolean, Executable, String, column, select, text
+from sqlalchemy import Boolean, Executable, column, select, text
 from sqlalchemy.orm import Session
 
-from shared.core.db import write
-from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Base, Job, JobStatus, Owner, utcnow
+from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Base, Job, JobStatus, utcnow
 from shared.jobs_repo.events import STATE
 from shared.jobs_repo.streams import NOTIFY_CHANNEL
 from shared.queue.fair_share import ClaimPolicy
@@ -74,13 +72,14 @@ _DEFAULT_LIMITS = ("max_devices", "max_device_hours_per_day", "max_storage_bytes
 
 
 def _picked_owner_limited() -> list[str]:
-    """SQL that is true when the picked job's owner has a device-hour or storage quota of its own
-    (the stepwise claim then decides: those sums are the quota module's, in Python). A job of an
-    owner without a quota passes every quota filter of the stepwise claim, so the first job in the
-    claim's order, quotas aside, is the stepwise claim's pick too."""
+    """SQL that is true when the picked job's owner has a quota of its own (the stepwise claim then
+    decides): a device or device-hour quota on its owners row, a storage quota in its own table
+    (where this schema has one). A job of an owner without one passes every quota filter of the
+    stepwise claim, so the first job in the claim's order, quotas aside, is the stepwise claim's
+    pick too."""
     limits = [
         "EXISTS (SELECT 1 FROM pick JOIN owners o ON o.name = pick.owner"
-        " WHERE o.max_device_hours_per_day IS NOT NULL)"
+        " WHERE o.max_devices IS NOT NULL OR o.max_device_hours_per_day IS NOT NULL)"
     ]
     storage = Base.metadata.tables.get("owner_storage_quotas")
     if storage is not None and {"owner", "max_storage_bytes"} <= set(storage.c.keys()):
@@ -100,43 +99,16 @@ _LIVE = _quoted(LIVE_WORKER_STATES)
 # The job's columns by name, in the order `.columns()` below gives them (it matches them by position).
 _JOB_COLUMNS = ", ".join(f'claimed."{c.name}"' for c in Job.__table__.columns)
 _BY_ORDER = "ORDER BY j.priority DESC, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
-# The picked job's owner when it has a device quota of its own (max_devices), else NULL.
-_DEVICE_OWNER = (
-    "(SELECT o.name FROM pick JOIN owners o ON o.name = pick.owner WHERE o.max_devices IS NOT NULL)"
-)
-# The stepwise claim's device filter: a job of an owner with max_devices fits in what it has left.
-_DEVICE_ROOM = (
-    " AND NOT EXISTS (SELECT 1 FROM owners o WHERE o.name = j.owner AND o.max_devices IS NOT NULL"
-    " AND j.num_processes > o.max_devices"
-    " - COALESCE((SELECT h.devices FROM held h WHERE h.owner = o.name), 0))"
-)
-_HELD = f"""
-    held AS (
-        SELECT owner, sum(num_processes) AS devices FROM jobs
-        WHERE status IN ({_ACTIVE}) AND owner IS NOT NULL GROUP BY owner
-    ),"""
-_FLAGS = (column("claim_stepwise", Boolean), column("claim_device_owner", String))
 
 
 @cache
-def _statement(
-    *, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool, locked: bool = False
-) -> Executable:
+def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool) -> Executable:
     """The statement for one combination of the claim's options, as an ORM select of (whether the
-    stepwise claim must decide, the picked job's owner when it has a device quota, the claimed Job):
-    built once per process and combination.
-
-    Without `locked` it claims no job of an owner with a device quota (it names the owner instead).
-    With `locked` (run inside a transaction that holds the row lock of owner :locked_owner, taken
-    before the statement, so its snapshot counts every claim committed before) it honours the device
-    quotas as the stepwise claim does and claims a job of :locked_owner too."""
+    stepwise claim must decide, the claimed Job): built once per process and combination."""
     base = "j.status = 'queued' AND (j.not_before IS NULL OR j.not_before <= :now)"
     if skip:
         base += " AND j.id <> ALL(:skip)"
     fits = base + (" AND j.num_processes <= :max_processes" if fit else "")
-    if locked:
-        fits += _DEVICE_ROOM
-    held = _HELD if fair_share or locked else ""
     stepwise = _picked_owner_limited()
     if reserving:
         stepwise.append("EXISTS (SELECT 1 FROM jobs WHERE reserved_by = :worker_id AND status = 'queued')")
@@ -147,9 +119,12 @@ def _statement(
             " OR NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = j.reserved_by"
             f" AND w.state IN ({_LIVE}) AND w.stopped_at IS NULL AND w.last_heartbeat_at >= :alive_since)))"
         )
-    mine = " OR device_owner = :locked_owner" if locked else ""
     if fair_share:
         pick = f"""
+    held AS (
+        SELECT owner, sum(num_processes) AS devices FROM jobs
+        WHERE status IN ({_ACTIVE}) AND owner IS NOT NULL GROUP BY owner
+    ),
     levels AS (
         SELECT h.devices::float8 / COALESCE(NULLIF(o.share, 0), 1.0)::float8 AS usage,
                array_agg(h.owner) AS owners
@@ -180,15 +155,14 @@ def _statement(
     pick AS (SELECT j.id, j.owner FROM jobs j WHERE {fits} {_BY_ORDER}),"""
     textual = text(f"""
 WITH
-{held}{pick}
-    flags AS (SELECT ({" OR ".join(stepwise)}) AS stepwise, {_DEVICE_OWNER} AS device_owner),
+{pick}
+    flags AS (SELECT ({" OR ".join(stepwise)}) AS stepwise),
     claimed AS (
         UPDATE jobs SET status = 'running', worker_id = :worker_id, attempts = jobs.attempts + 1,
             started_at = COALESCE(jobs.started_at, :now), lease_expires_at = :lease_expires_at,
             updated_at = :now, not_before = NULL, reserved_by = NULL, reserved_at = NULL
         FROM pick
-        WHERE jobs.id = pick.id AND jobs.status = 'queued'
-            AND (SELECT NOT stepwise AND (device_owner IS NULL{mine}) FROM flags)
+        WHERE jobs.id = pick.id AND jobs.status = 'queued' AND NOT (SELECT stepwise FROM flags)
         RETURNING jobs.*
     ),
     event AS (
@@ -203,12 +177,11 @@ WITH
         FROM claimed
     ),
     notified AS (SELECT pg_notify('{NOTIFY_CHANNEL}', id::text) FROM claimed)
-SELECT flags.stepwise AS claim_stepwise, flags.device_owner AS claim_device_owner, {_JOB_COLUMNS}
+SELECT flags.stepwise AS claim_stepwise, {_JOB_COLUMNS}
 FROM flags LEFT JOIN claimed ON true
-WHERE (flags.stepwise OR flags.device_owner IS NOT NULL OR claimed.id IS NOT NULL)
-    AND (SELECT count(*) FROM notified) >= 0
-""").columns(*_FLAGS, *Job.__table__.columns)
-    return select(*_FLAGS, Job).from_statement(textual)
+WHERE (flags.stepwise OR claimed.id IS NOT NULL) AND (SELECT count(*) FROM notified) >= 0
+""").columns(column("claim_stepwise", Boolean), *Job.__table__.columns)
+    return select(column("claim_stepwise", Boolean), Job).from_statement(textual)
 
 
 def claim_in_one_statement(
@@ -227,13 +200,13 @@ def claim_in_one_statement(
     now = utcnow()
     reserving = capacity is not None and max_processes is not None and policy.reservation_after_s is not None
     wide = reserving and capacity is not None and max_processes is not None and capacity > max_processes
-    options = {
-        "fair_share": policy.fair_share,
-        "fit": max_processes is not None,
-        "skip": bool(skip),
-        "reserving": reserving,
-        "wide": wide,
-    }
+    statement = _statement(
+        fair_share=policy.fair_share,
+        fit=max_processes is not None,
+        skip=bool(skip),
+        reserving=reserving,
+        wide=wide,
+    )
     params: dict[str, Any] = {
         "now": now,
         "worker_id": worker_id,
@@ -252,22 +225,13 @@ def claim_in_one_statement(
     try:
         with session.begin():
             session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            row = session.execute(_statement(**options), params).first()
+            row = session.execute(statement, params).first()
     finally:
         session.expunge_all()
-    if row is not None and not row[0] and row[2] is None and row[1] is not None:
-        # The first job in the order belongs to an owner with a device quota: as the stepwise claim
-        # does, its owner's row lock first, then a fresh count of what it holds (a statement after
-        # the lock sees every claim committed before it), in one transaction.
-        with write(session):
-            session.execute(select(Owner.name).where(Owner.name == row[1]).with_for_update())
-            row = session.execute(
-                _statement(**options, locked=True), {**params, "locked_owner": row[1]}
-            ).first()
     if row is None:
         return None
-    job: Job | None = row[2]
-    if job is None:
-        return STEPWISE  # a quota or a reservation the stepwise claim decides
+    if row[0]:
+        return STEPWISE
+    job: Job = row[1]
     assert job.status == JobStatus.running
     return job

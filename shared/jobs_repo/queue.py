@@ -55,14 +55,12 @@ def claim_next(
     priority, age; without a policy: priority, then age), or None.
 
     On Postgres the common claim is one statement (claim_statement.py: pick, claim, event and
-    NOTIFY in one round trip, autocommit; a job of an owner with max_devices takes a second short
-    transaction after the owner's row lock); where it says it cannot decide alone (the picked job's
-    owner has a device-hour or storage quota of its own, a default quota is configured, this worker
-    holds a reservation, a wide job waits to reserve one), and on SQLite, the claim is
-    `_claim_stepwise`, the multi-statement claim below. Both pick the same job
-    (tests/test_claim_statement.py compares them over random queues): a new condition on what a
-    claim may take (a gang job's, a new quota) goes into both, or the statement hands the jobs it
-    concerns to the stepwise claim.
+    NOTIFY in one round trip, autocommit); where it says it cannot decide alone (the picked job's
+    owner has a quota of its own, a default quota is configured, this worker holds a reservation, a
+    wide job waits to reserve one), and on SQLite, the claim is `_claim_stepwise`, the
+    multi-statement claim below. Both pick the same job (tests/test_claim_statement.py compares
+    them over random queues): a new condition on what a claim may take (a gang job's, a new quota)
+    goes into both, or the statement hands the jobs it concerns to the stepwise claim.
     """
     policy = policy or ClaimPolicy()
     if session.get_bind().dialect.name == "postgresql" and one_statement_applies(policy):
