@@ -24,7 +24,7 @@ from shared.jobs_repo.reservations import (
     wide_job_conditions,
 )
 from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
-from shared.queue.quotas import within_device_quota
+from shared.queue.quotas import has_storage_tables, within_device_quota
 
 
 def queued_wider_than(session: Session, *, processes: int) -> list[int]:
@@ -63,7 +63,13 @@ def claim_next(
     goes into both, or the statement hands the jobs it concerns to the stepwise claim.
     """
     policy = policy or ClaimPolicy()
-    if session.get_bind().dialect.name == "postgresql" and one_statement_applies(policy):
+    # A database still at the previous schema (a fleet mid-upgrade) lacks the storage tables the
+    # statement reads: the stepwise claim, which does without them, claims there until `migrate`.
+    if (
+        session.get_bind().dialect.name == "postgresql"
+        and one_statement_applies(policy)
+        and has_storage_tables(session)
+    ):
         job = claim_in_one_statement(
             session,
             worker_id=worker_id,

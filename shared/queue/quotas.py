@@ -252,7 +252,7 @@ _storage_schema: dict[str, float] = {}  # database URL → when its storage tabl
 STORAGE_SCHEMA_RECHECK_S = 30.0
 
 
-def _has_storage_tables(session: Session) -> bool:
+def has_storage_tables(session: Session) -> bool:
     """Whether the database has 0015's tables: a worker of this build on the previous schema (a
     fleet mid-upgrade) claims without the storage quota until it is migrated. Known once found; a
     miss is asked again after STORAGE_SCHEMA_RECHECK_S."""
@@ -263,7 +263,9 @@ def _has_storage_tables(session: Session) -> bool:
     now = time.monotonic()
     if missed is not None and now - missed < STORAGE_SCHEMA_RECHECK_S:
         return False
-    found = inspect(session.connection()).has_table(OwnerStorageQuota.__tablename__)
+    # The one-statement claim asks before its session begins (autocommit, no autobegin): the engine.
+    where = session.connection() if session.in_transaction() else session.get_bind()
+    found = inspect(where).has_table(OwnerStorageQuota.__tablename__)
     _storage_schema[url] = float("inf") if found else now
     return found
 
@@ -273,7 +275,7 @@ def storage_limited(
 ) -> dict[str, int] | None:
     """The owners' own storage limits (of `owners`, or all), or None when no storage quota applies
     (no default, no owner's own): then nothing is summed."""
-    if not _has_storage_tables(session):
+    if not has_storage_tables(session):
         return None
     limited = own_storage_limits(session, owners)
     return None if defaults.max_storage_bytes is None and not limited else limited
