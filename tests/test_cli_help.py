@@ -49,7 +49,7 @@ def test_the_command_tree_holds_every_command_the_readme_and_design_name() -> No
         "models upload", "models ls", "models rm", "keys create", "keys ls", "keys revoke",
         "keys rotate", "audit", "owners ls", "owners set", "webhooks create", "webhooks ls",
         "webhooks show", "webhooks rm", "webhooks rotate", "webhooks test", "webhooks enable",
-        "webhooks disable", "webhooks deliveries",
+        "webhooks disable", "webhooks deliveries", "models promote", "checkpoints ls", "checkpoints prune",
     } <= paths  # fmt: skip
 
 

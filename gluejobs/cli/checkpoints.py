@@ -28,7 +28,7 @@ def checkpoints() -> None:
 @checkpoints.command("ls", cls=ClientCommand, json="the checkpoints (a list)")
 @JOB_ID
 def ls(api: Invocation, job_id: int) -> None:
-    """The job's declared checkpoints, oldest first; the best one marked."""
+    """The job's declared checkpoints, oldest first, best marked."""
     with api.client() as client:
         found = client.jobs.checkpoints(job_id)
     lines = [
@@ -52,10 +52,10 @@ def ls(api: Invocation, job_id: int) -> None:
 )
 @click.option("--keep-none", is_flag=True, help="Keep no checkpoint (the final model stays).")
 def prune(api: Invocation, job_id: int, keep: tuple[str, ...], keep_none: bool) -> None:
-    """Remove a finished job's checkpoints, to free its owner's storage.
+    """Remove a finished job's checkpoints to free storage.
 
-    Its final model, predictions and logs stay. A queued or running job is refused: cancel it
-    first."""
+    Frees its owner's storage in the store. Its final model, predictions and logs stay. A queued
+    or running job is refused: cancel it first."""
     if keep and keep_none:
         click.get_current_context().fail("give --keep or --keep-none, not both")
     names = [name.strip() for value in keep for name in value.split(",") if name.strip()]
