@@ -159,8 +159,9 @@ def get_data_scope(
         rows, _more = jobs_repo.list_models(session, limit=SUGGESTED_MODELS, owner=owner or principal.owner)
         return did_you_mean(name, [row.name for row in rows], prefix=reference("", owner))
 
-    def job_model_record(source: JobSource) -> RegisteredModel:
-        # A job's model (job:ID…): the caller's jobs (admins: anyone's), copied by the store by hash.
+    def job_model_record(source: JobSource, *, pin: bool = True) -> RegisteredModel:
+        # A job's model (job:ID…): the caller's jobs (admins: anyone's), copied by the store by hash;
+        # pinned for a job that is stored (DataScope.without_pins: a dry run's is not).
         try:
             record, _files = job_model(
                 session,
@@ -168,7 +169,7 @@ def get_data_scope(
                 source=source,
                 caller=principal.owner_filter,
                 scratch=settings.cache_dir / "uploads",
-                pin=True,
+                pin=pin,
             )
         except FileNotFoundError:  # a checkpoint rotated or pruned away, the job deleted, meanwhile
             raise Conflict(

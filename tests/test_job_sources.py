@@ -86,6 +86,15 @@ def test_a_job_starts_from_another_jobs_model_owned_pinned_and_promoted(
         assert not {"all_results.json", "optimizer.bin", MANIFEST_NAME} & {f.path for f in files}
         sha256 = manifest_sha256(files)
 
+        # A dry run stores no job, so it pins nothing (what it copied is swept unless a job comes to
+        # hold it); a spec refused for another field neither.
+        spec = {**SPEC, "model_name_or_path": f"job:{source}"}
+        planned = http.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec}, headers=alice)
+        assert planned.status_code == 200, planned.text
+        refused_spec = http.post("/v1/jobs", json={"spec": {**spec, "no_such_field": 1}}, headers=alice)
+        assert refused_spec.status_code == 422, refused_spec.text
+        assert not store.exists(pin_key(sha256))
+
         # The final model: pinned by its manifest's hash, its files copied by the store to their blobs.
         chained = submit(f"job:{source}")
         assert chained.status_code == 201, chained.text

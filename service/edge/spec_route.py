@@ -72,7 +72,8 @@ def _more_problems(request: Request, exc: RequestValidationError) -> list[dict[s
         if principal is None:
             principal = app.state.keys.principal(request.headers.get("authorization"))
         with app.state.db.session() as session:
-            scope = get_data_scope(settings, principal, session, app.state.store)
+            # Only to word the refusal: nothing is stored, so a job:N model it names is not pinned.
+            scope = get_data_scope(settings, principal, session, app.state.store).without_pins()
             dry_run = request.query_params.get("dry_run", "").lower() in _TRUE
             read_data = settings.check_data_on_submit or dry_run  # a dry run always reads its data
             found = spec_problems(

@@ -123,6 +123,7 @@ def create_job(
     warnings: list[str] = []
     if dry_run:
         with request.app.state.dry_runs.slot(principal.owner):
+            scope = scope.without_pins()  # nothing is stored: a job:N model it names is not pinned
             spec = check_job_spec(body.spec, settings, scope=scope, read_data=False, warnings=warnings)
             plan = plan_job(spec.with_seed(), settings, scope=scope)
             response.status_code = status.HTTP_200_OK

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, quote
@@ -54,9 +54,16 @@ UploadResolver = Callable[[str, str], tuple[UploadedFile, bool]]
 # Finds a registered model by (owner or None for the caller's own, name) among those the caller may
 # use (NotFound otherwise): its record.
 ModelResolver = Callable[[str | None, str], RegisteredModel]
+
+
 # Finds another job's model (`job:ID…`) among the jobs the caller may use (NotFound otherwise), has
 # the store keep it by hash (shared/jobs_repo/model_objects.store_job_model): its record.
-JobModelResolver = Callable[[JobSource], RegisteredModel]
+class JobModelResolver(Protocol):
+    """A job's model as a record (service/deps.py): `pin` keeps its bytes for good, which only a job
+    that is stored needs (a dry run's or a refused spec's resolution copies without pinning: what it
+    copied is swept like any unheld object)."""
+
+    def __call__(self, source: JobSource, *, pin: bool = True) -> RegisteredModel: ...
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,18 @@ class DataScope:
     # token lengths: its first rows).
     stored_uploads: dict[str, StoredUpload] = field(default_factory=dict, compare=False)
     fetch_upload: Callable[[UploadedFile], Path] | None = field(default=None, compare=False)
+
+    def without_pins(self) -> DataScope:
+        """This scope for a check that stores no job (a dry run, a refusal's salvage): a job's model it
+        names is copied by hash but not pinned."""
+        resolver = self.resolve_job_model
+        if resolver is None:
+            return self
+
+        def unpinned(source: JobSource, *, pin: bool = True) -> RegisteredModel:
+            return resolver(source, pin=False)
+
+        return replace(self, resolve_job_model=unpinned)
 
     @property
     def root(self) -> Path:
