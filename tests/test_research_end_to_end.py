@@ -110,9 +110,9 @@ def test_sweep_rerun_leaderboard_and_submission_through_a_worker(
         ]
         assert all(j["sweep_id"] == sweep_id and j["metadata"]["sweep_id"] == str(sweep_id) for j in jobs)
 
-        planned = cli(
-            client, "submit", *script_flags({**BASE, "learning_rate": 1e-3, "seed": 0}), "--dry-run"
-        )
+        # --do_predict makes these run_glue.py's flags (recipe trainer), where only --do_train trains.
+        flags = script_flags({**BASE, "learning_rate": 1e-3, "seed": 0, "do_train": True})
+        planned = cli(client, "submit", *flags, "--dry-run")
         assert planned.returncode == 0, planned.stderr
         assert "2 steps/epoch × 2 epochs = 4 optimizer steps" in planned.stdout
         plan = client.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": {**BASE, "seed": 0}}).json()
