@@ -88,6 +88,16 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def human_bytes(count: float) -> str:
+    """1536 → "1.5 KiB"."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def when(moment: datetime | None) -> str:
     """Every moment the command prints, in one format: ISO 8601 in UTC to the second
     (2026-03-01T14:05:09Z). The same on every machine and in every time zone, the instant the API's

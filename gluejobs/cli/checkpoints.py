@@ -6,18 +6,9 @@ from __future__ import annotations
 import click
 
 from gluejobs.cli.base import ClientCommand, Group, Invocation
+from gluejobs.output import human_bytes
 
 JOB_ID = click.argument("job_id", type=int, metavar="JOB")
-
-
-def human_bytes(count: float) -> str:
-    """1536 → "1.5 KiB"."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 @click.group("checkpoints", cls=Group)

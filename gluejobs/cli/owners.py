@@ -8,6 +8,7 @@ import click
 
 from gluejobs.cli.base import ClientCommand, Group, Invocation
 from gluejobs.client import OwnerInfo
+from gluejobs.output import human_bytes
 
 
 class NumberOrDefault(click.ParamType):
@@ -88,22 +89,14 @@ def _line(owner: OwnerInfo) -> str:
         f"device(s)  queued {owner.queued_jobs}  {owner.device_hours_24h:.2f} device-h/24h  "
         f"max_devices {limit('max_devices')}  max_queued {limit('max_queued')}  "
         f"max_device_hours_per_day {limit('max_device_hours_per_day', ' h')}  "
-        f"stores {_bytes(owner.storage.get('total_bytes', 0))} (max_storage_bytes {_storage_limit(owner)})"
+        f"stores {human_bytes(owner.storage.get('total_bytes', 0))} "
+        f"(max_storage_bytes {_storage_limit(owner)})"
     )
-
-
-def _bytes(count: float) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def _storage_limit(owner: OwnerInfo) -> str:
     value = owner.quota.get("max_storage_bytes")
-    shown = "no limit" if value is None else _bytes(value)
+    shown = "no limit" if value is None else human_bytes(value)
     default = owner.quota_source.get("max_storage_bytes") == "default" and value is not None
     return shown + (" (default)" if default else "")
 
