@@ -90,6 +90,7 @@ def step(session: Session, *, search_id: int, settings: Settings, driver_id: str
     jobs = store.list_jobs(session, job_ids=[row.job_id for row in open_rows if row.job_id is not None])
     metric, direction = search.objective["metric"], search.objective["direction"]
     evaluations = store.objective_rows(session, job_ids=list(jobs), metric=metric)
+    planned = store.planned_steps(session, job_ids=list(jobs))
     records = {row.number: record_of(row) for row in rows}
     optimizer = optimizer_for(search, list(records.values()))
 
@@ -106,6 +107,9 @@ def step(session: Session, *, search_id: int, settings: Settings, driver_id: str
             and job.status == JobStatus.running
             and job.cancel_requested_at is None
             and row.pruned is None
+            # A trial whose final evaluation is in ends on its own: pruning it would save nothing and
+            # lose its finished value (a loaded worker's job can still be "running" then).
+            and not (new and job.id in planned and new[-1].step >= planned[job.id])
         )
         at = optimizer.report(row.number, values, may_prune=may_prune)
         reported = values if at is None else values[: at - seen]
