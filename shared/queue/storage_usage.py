@@ -62,42 +62,21 @@ def storage_by_owner(session: Session, owners: Collection[str] | None = None) ->
     if names is not None and not names:
         return {}
 
-    def of(owner: Any, query: Any) -> Any:
-        query = query.where(owner.is_not(None))
-        return query.where(owner.in_(names)) if names is not None else query
-
-    parts = [
-        of(
-            File.owner,
-            select(
-                File.owner.label("owner"), literal("files").label("kind"), func.sum(File.bytes).label("bytes")
-            ),
-        ).group_by(File.owner),
-        of(
-            StoredModel.owner,
-            select(
-                StoredModel.owner.label("owner"),
-                literal("models").label("kind"),
-                func.sum(StoredModel.bytes).label("bytes"),
-            ),
-        ).group_by(StoredModel.owner),
-        of(
-            CheckpointSize.owner,
-            select(
-                CheckpointSize.owner.label("owner"),
-                literal("checkpoints").label("kind"),
-                func.sum(CheckpointSize.bytes).label("bytes"),
-            ),
-        ).group_by(CheckpointSize.owner),
-        of(
-            JobOutputSize.owner,
-            select(
-                JobOutputSize.owner.label("owner"),
-                literal("outputs").label("kind"),
-                func.sum(JobOutputSize.bytes).label("bytes"),
-            ),
-        ).group_by(JobOutputSize.owner),
-    ]
+    # What each kind's bytes are summed from: one owner-indexed table each.
+    tallies = (
+        (File, "files"),
+        (StoredModel, "models"),
+        (CheckpointSize, "checkpoints"),
+        (JobOutputSize, "outputs"),
+    )
+    parts = []
+    for table, kind in tallies:
+        owner: Any = table.owner
+        part = select(owner.label("owner"), literal(kind).label("kind"), func.sum(table.bytes).label("bytes"))
+        part = part.where(owner.is_not(None))
+        if names is not None:
+            part = part.where(owner.in_(names))
+        parts.append(part.group_by(owner))
     sums: dict[str, dict[str, int]] = {}
     for owner, kind, total in session.execute(union_all(*parts)).tuples():
         if owner is not None and total:
