@@ -52,7 +52,7 @@ stop:
 
 ## make test: ruff, mypy and the whole suite (SQLite and the Postgres at 127.0.0.1:5432); installs
 ## chromium (Debian's package) for the dashboard's browser test when it is missing. The docs site is
-## built too (tests/test_docs.py: mkdocs build --strict) and every page's commands run
+## built too (tests/project/test_docs.py: mkdocs build --strict) and every page's commands run
 ## (test_readme_commands). CI runs this.
 test: lint $(CHROMIUM)
 	$(BIN)/pytest $(PYTEST_DIST) --durations=25
@@ -88,11 +88,11 @@ $(DIST_VENV)/bin/pip:
 dist: $(DIST_VENV)/bin/pip
 	$(DIST_VENV)/bin/pip wheel --quiet --no-deps --wheel-dir $(DIST_DIR) . ./server
 
-## make install-figures: tests/test_install.py with every role's line as docs/operators/install.md
+## make install-figures: tests/project/test_install.py with every role's line as docs/operators/install.md
 ## writes it (the CPU worker's too: about five more minutes), writing the measured sizes and times into
 ## that page's table.
 install-figures: install-test
-	GLUEJOBS_INSTALL_FIGURES=write GLUEJOBS_INSTALL_TEST_FRESH_WORKER=1 $(BIN)/pytest -q tests/test_install.py
+	GLUEJOBS_INSTALL_FIGURES=write GLUEJOBS_INSTALL_TEST_FRESH_WORKER=1 $(BIN)/pytest -q tests/project/test_install.py
 
 clean:
 	rm -rf var site .pytest_cache .mypy_cache .ruff_cache

@@ -12,7 +12,7 @@ terminated) while 4 clients on keep-alive connections send 200 mixed requests an
 a job. Figures: status counts, failed connections, stream events lost or repeated, log lines.
 
 dedup: whether an upload's time tells that another owner holds the same bytes (issue 21, finding 9).
-An S3 store (moto's server, tests/s3_endpoint.py); one owner uploads a file of --file-mb MB;
+An S3 store (moto's server, tests/support/s3_endpoint.py); one owner uploads a file of --file-mb MB;
 then, per trial, a fresh owner uploads those same bytes ("someone else has them") and bytes nobody
 has (the same size), in turn. Figures: each case's seconds per trial and the ratio of the medians.
 
@@ -48,7 +48,7 @@ from bench.harness import scratch_postgres  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.core.db import Database  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402
-from tests.outages import outage  # noqa: E402
+from tests.support.outages import outage  # noqa: E402
 
 SPEC = {"model_name_or_path": "bert-base-uncased", "task_name": "sst2", "seed": 1}
 
@@ -302,7 +302,7 @@ def database_outage(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def dedup_timing(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.s3_endpoint import S3Endpoint
+    from tests.support.s3_endpoint import S3Endpoint
 
     owners = [f"owner{n}=owner-{n}-key-0123456789abcdef" for n in range(args.trials + 1)]
 

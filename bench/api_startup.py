@@ -55,7 +55,7 @@ IMPORT_FILES = [
     "shared/data/reading.py",
     "shared/jobspec/upload_tally.py",
     "shared/searches/optimizer.py",
-    "shared/submission/data_checks.py",
+    "shared/admission/data_checks.py",
 ]
 
 

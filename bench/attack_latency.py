@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.harness import scratch_postgres  # noqa: E402
 from gluejobs.stack import API_COMMAND, local_stack  # noqa: E402
-from tests.kit import ALICE, auth, stack_settings  # noqa: E402
+from tests.support.kit import ALICE, auth, stack_settings  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}
 SPACE = {"learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}}

@@ -57,8 +57,8 @@ from shared.core.config import Settings  # noqa: E402
 from shared.core.db import Database, read  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402
 from shared.core.tables import Checkpoint, Job, JobEvent, JobMetric, JobStatus  # noqa: E402
-from tests.outages import DatabaseOutage  # noqa: E402
-from worker.launch import child_environment  # noqa: E402
+from tests.support.outages import DatabaseOutage  # noqa: E402
+from worker.fleet.launch import child_environment  # noqa: E402
 
 MODEL = "tiny-bert"
 STEPS_PER_EPOCH = 30  # 480 rows, batch 16

@@ -59,7 +59,7 @@ from shared.core.db import Database  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402
 from shared.core.tables import Job, JobStatus, Owner, utcnow  # noqa: E402
 from shared.jobs_repo.queue import _claim_stepwise  # noqa: E402
-from shared.queue.fair_share import ClaimPolicy  # noqa: E402
+from shared.scheduling.fair_share import ClaimPolicy  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2", "seed": 1, "noop": True}
 

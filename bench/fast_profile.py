@@ -4,7 +4,7 @@ rows, in this process (no API, no worker), under torch.profiler.
     python bench/fast_profile.py                  # 2000 rows (63 steps of batch 32), one thread pool
     python bench/fast_profile.py --rows 1000 --top 25 --profiled-steps 10
 
-The run is worker.training's own, with each phase of a step wrapped where it happens: fetching and
+The run is worker.training.loop's own, with each phase of a step wrapped where it happens: fetching and
 collating the batch (the data loader's `next`), the forward pass, the backward pass, the optimizer
 step (clipping, AdamW, the scheduler, zero_grad) and the evaluations. It prints the seconds and the
 share of each phase (wall clock, summed over the run), then the profiler's most expensive operators
@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
 from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
 from shared.jobspec.spec import JobSpec  # noqa: E402
-from worker import training  # noqa: E402
+from worker.training import loop as training  # noqa: E402
 
 PHASES = ("collate", "forward", "backward", "optimizer", "eval")
 
@@ -58,7 +58,7 @@ class _Phases:
 
 
 def _instrument(phases: _Phases, profiler: Any) -> None:
-    """Wrap worker.training's step, batches and evaluation in the phases' timers; each training step
+    """Wrap worker.training.loop's step, batches and evaluation in the phases' timers; each training step
     advances the profiler's schedule."""
 
     def train_step(run: Any, batch: dict[str, torch.Tensor], max_grad_norm: float | None) -> Any:

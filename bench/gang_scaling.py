@@ -1,5 +1,5 @@
 """Two-machine scaling of a gang's launch (issue 37): the command each machine of a gang runs
-(worker/launch.py gang_command: accelerate launch, Accelerate's static rendezvous at rank 0's address
+(worker/fleet/launch.py gang_command: accelerate launch, Accelerate's static rendezvous at rank 0's address
 and port), timed on a small data-parallel training loop, and its loss rows compared with one machine
 running the same number of processes at the same global batch and seed.
 
@@ -89,7 +89,7 @@ def _launch(
     rank: int, machines: int, processes: int, address: str, port: int, settings: dict
 ) -> subprocess.Popen:
     from shared.core.tables import Job
-    from worker.launch import MachineRank, gang_command
+    from worker.fleet.launch import MachineRank, gang_command
 
     job = Job(id=0, attempts=1, num_processes=processes, spec={})
     command = gang_command(
@@ -113,7 +113,7 @@ def _result(outputs: list[str]) -> dict:
 
 
 def _run(layout: list[int], machines: int, processes: int, address: str, settings: dict) -> dict:
-    from worker.launch import reserve_port
+    from worker.fleet.launch import reserve_port
 
     held = reserve_port(address)
     port = int(held.getsockname()[1])

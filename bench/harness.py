@@ -1,7 +1,7 @@
 """What the benchmarks share: their settings, a job run through the API, and their statistics.
 
 They start their stack with gluejobs/stack.py's local_stack (the same harness as `gluejobs demo`
-and the end-to-end tests), with the tests' settings, tiny model and quick job (tests/kit.py).
+and the end-to-end tests), with the tests' settings, tiny model and quick job (tests/support/kit.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import httpx
 
 # What the tests share with the benchmarks lives in the tests' kit (bench imports tests, never the
 # reverse): the repository, the GLUE kit, the quick job, a stack's settings and the tiny model.
-from tests.kit import GLUE_DATA as GLUE_DATA
-from tests.kit import QUICK_JOB as QUICK_JOB
-from tests.kit import REPO as REPO
-from tests.kit import save_tiny_bert as save_tiny_bert
-from tests.kit import stack_settings
+from tests.support.kit import GLUE_DATA as GLUE_DATA
+from tests.support.kit import QUICK_JOB as QUICK_JOB
+from tests.support.kit import REPO as REPO
+from tests.support.kit import save_tiny_bert as save_tiny_bert
+from tests.support.kit import stack_settings
 
 bench_settings = stack_settings  # the benchmarks' name for it
 FINISHED = ("succeeded", "failed", "cancelled")

@@ -1,13 +1,13 @@
 """A job's model as the start of the next job (issue 33 items 1 and 4): what `job:N` and promote cost
 the API, and a chained job's first step against a job from a registered model of the same size.
 
-    python bench/job_sources_bench.py            # moto's S3 on 127.0.0.1 (tests/s3_endpoint.py)
+    python bench/job_sources_bench.py            # moto's S3 on 127.0.0.1 (tests/support/s3_endpoint.py)
     python bench/job_sources_bench.py --store local
 
 One stack (SQLite, the API, no worker: gluejobs/stack.py). The source job is a job finished as a
 worker finishes one (tests/dbutil.finish_as_a_worker) whose folder in the store holds MiniLM's files
 (92 MB; no model in the store holds them yet) and the manifest a worker writes beside them
-(worker/model_manifest.py: timed here as well). Timed from the client's side: the first `job:N`
+(worker/training/model_manifest.py: timed here as well). Timed from the client's side: the first `job:N`
 submission (the store copies the files to their blobs), a second one (the model is pinned already),
 promote (`POST /v1/jobs/{id}/model`), a `model:NAME` submission, and promote of a model saved before
 workers wrote manifests (the API hashes the files, read from the store). Then one job from `job:N`
@@ -36,9 +36,9 @@ from gluejobs.stack import local_stack, stack_environment, start_worker, stop
 from shared.core.db import Database
 from shared.core.storage import job_key, open_store
 from shared.jobspec.job_sources import MANIFEST_NAME
-from tests.dbutil import finish_as_a_worker
-from tests.s3_endpoint import S3Endpoint
-from worker.model_manifest import write_model_manifest
+from tests.support.dbutil import finish_as_a_worker
+from tests.support.s3_endpoint import S3Endpoint
+from worker.training.model_manifest import write_model_manifest
 
 SPEC = {"task_name": "sst2", "max_train_samples": 64, "per_device_train_batch_size": 8}
 STEPS = {"max_train_steps": 2, "eval_strategy": "no", "save_strategy": "no", "logging_steps": 1, "seed": 1}

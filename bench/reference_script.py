@@ -13,7 +13,7 @@ default); accelerator.prepare; a linear schedule without warm-up; forward, backw
 scheduler step, zero_grad, with no clipping; then the dev accuracy. Only its GLUE rows come from
 ../shared/glue_data (the same rows the Hub's glue/sst2 holds) instead of the Hub.
 
-Its training time is counted as gluejobs counts a job's (worker/meter.py): the epoch's loop,
+Its training time is counted as gluejobs counts a job's (worker/training/meter.py): the epoch's loop,
 batches fetched and collated included, evaluation excluded.
 
     python bench/reference_script.py --seed 42 --train-rows 8000

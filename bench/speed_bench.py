@@ -20,7 +20,7 @@ it is what the ratios are taken against.
 --gpu-roberta (a machine with a CUDA GPU; no network needed): a roberta-base-sized encoder
 (12 layers, hidden 768, 12 heads, 3072 intermediate; randomly initialised, MiniLM's tokenizer)
 fine-tuned in bf16 with the fast spec on the same rows; it reports samples/s, the padding
-efficiency and the model FLOP utilisation against the GPU's peak (worker/throughput.py). Its dev
+efficiency and the model FLOP utilisation against the GPU's peak (worker/training/throughput.py). Its dev
 accuracy means nothing (random weights); the figures are about speed only.
 """
 

@@ -46,7 +46,7 @@ def in_process(spec: Any, settings: Any, path: str, splits: list[tuple[str, list
 
 
 def dry_run_seconds(http: httpx.Client, spec: dict[str, Any]) -> float:
-    from tests.kit import BOB, auth
+    from tests.support.kit import BOB, auth
 
     started = time.perf_counter()
     response = http.post("/v1/jobs", params={"dry_run": "true"}, json={"spec": spec}, headers=auth(BOB))
@@ -57,7 +57,7 @@ def dry_run_seconds(http: httpx.Client, spec: dict[str, Any]) -> float:
 
 def overhead(http: httpx.Client, rounds: int) -> dict[str, Any]:
     import service.dry_run.plan as plan
-    from tests.kit import TINY_MODEL
+    from tests.support.kit import TINY_MODEL
 
     spec = {**SPEC, "model_name_or_path": TINY_MODEL}
     child_way = plan._measure_in_child
@@ -99,7 +99,7 @@ def figures(prefix: str, seconds: list[float]) -> dict[str, float]:
 
 def attack(url: str, http: httpx.Client, hostile: Path, settings: Any) -> dict[str, Any]:
     from gluejobs import Client
-    from tests.kit import ALICE, auth
+    from tests.support.kit import ALICE, auth
 
     with Client(url, api_key=ALICE) as alice:
         alice.models.upload(hostile, name="hostile")
@@ -153,8 +153,8 @@ def main() -> None:
 
     from shared.core.db import Database
     from shared.core.migrate import upgrade
-    from tests.e2e import live_api
-    from tests.kit import ALICE, BOB, GLUE_DATA, TINY_MODEL, save_tiny_bert, settings_under
+    from tests.support.e2e import live_api
+    from tests.support.kit import ALICE, BOB, GLUE_DATA, TINY_MODEL, save_tiny_bert, settings_under
 
     with tempfile.TemporaryDirectory(prefix="gluejobs-tokenizer-bench-") as folder:
         root = Path(folder)

@@ -34,7 +34,7 @@ from shared.core.db import Database  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402
 from shared.core.tables import WebhookDelivery  # noqa: E402
 from shared.webhooks import endpoints  # noqa: E402
-from tests.webhook_receiver import receiver  # noqa: E402
+from tests.support.webhook_receiver import receiver  # noqa: E402
 
 
 async def measure(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import httpx
 from gluejobs._core import DEFAULT_TIMEOUT_S, Call
 from gluejobs._types import ApiError, Artifact
 
-MERGED = "merged"  # the folder of a model with a LoRA adapter merged in (worker/outputs.py)
+MERGED = "merged"  # the folder of a model with a LoRA adapter merged in (worker/training/outputs.py)
 # What a merge on request copies from the LoRA job's spec: the task or the file and its columns (the
 # labels' names and count); the merge job evaluates one row, the least a job without training does.
 MERGE_KEEPS = (

@@ -27,7 +27,7 @@ import httpx
 from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.migrate import upgrade
-from worker.launch import child_environment
+from worker.fleet.launch import child_environment
 
 # `gluejobs serve`: migrates, then serves with uvicorn (an access log line a request).
 API_COMMAND = (sys.executable, "-m", "service")

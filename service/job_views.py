@@ -1,6 +1,6 @@
 """Jobs as the API shows them: JobPublic with `waiting_for` (why a queued job is held back) and a
 pruned trial's search and stopping point, computed for a whole page at once
-(shared/queue/wait_reasons.py, shared/searches/store.py), never one query per job; for a non-admin
+(shared/scheduling/wait_reasons.py, shared/searches/store.py), never one query per job; for a non-admin
 key, its places named by API paths (service/user_views.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from service.schemas.jobs import JobPublic, WaitingFor
 from service.user_views import job_fields_for_user
 from shared.core.config import Settings
 from shared.core.tables import Job
-from shared.queue.fair_share import ClaimPolicy
-from shared.queue.wait_reasons import waiting_for
+from shared.scheduling.fair_share import ClaimPolicy
+from shared.scheduling.wait_reasons import waiting_for
 from shared.searches.store import trials_of_jobs
 
 # The fields of JobPublic that can hold a store URI, a worker's path or a traceback.

@@ -101,7 +101,7 @@ def job_fields_for_user(settings: Settings, job: Job, fields: dict[str, Any]) ->
         shown["output_dir"] = artifact_path(job.id)
     result = shown.get("result")
     if isinstance(result, dict) and result.get("model_dir") is not None:
-        # The final model is saved at the top of the job's folder (worker/outputs.py).
+        # The final model is saved at the top of the job's folder (worker/training/outputs.py).
         result = {**result, "model_dir": artifact_path(job.id)}
     shown["result"] = scrubbed(result, places)
     for name in ("environment", "reproduction", "error"):

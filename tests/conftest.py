@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine, make_url
 from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.migrate import upgrade
-from tests.kit import (
+from tests.support.kit import (
     GLUE_DATA,
     POSTGRES_URL,
     SKIP_POSTGRES,
@@ -41,8 +41,8 @@ from tests.kit import (
     save_tiny_bert,
     settings_under,
 )
-from tests.runs import reset_accelerate_state
-from tests.s3_endpoint import S3Endpoint
+from tests.support.runs import reset_accelerate_state
+from tests.support.s3_endpoint import S3Endpoint
 
 _db_counter = itertools.count()
 
@@ -263,7 +263,7 @@ def settings(settings_factory, db_url: str) -> Settings:  # type: ignore[no-unty
 @pytest.fixture
 def live_url(settings: Settings) -> Iterator[str]:
     """The base URL of the real app behind a real socket (tests/e2e.live_api), on `settings`."""
-    from tests.e2e import live_api
+    from tests.support.e2e import live_api
 
     with live_api(settings) as http:
         yield str(http.base_url).rstrip("/")
@@ -271,7 +271,7 @@ def live_url(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def train_settings(settings_factory, tmp_path: Path) -> Settings:  # type: ignore[no-untyped-def]
-    """Settings for a training run without a database (worker.training is DB-free)."""
+    """Settings for a training run without a database (worker.training.loop is DB-free)."""
     result: Settings = settings_factory(f"sqlite:///{tmp_path / 'unused.db'}")
     return result
 

@@ -3,7 +3,7 @@
 import logging
 import sys
 
-from worker.main import main
+from worker.fleet.main import main
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

@@ -57,7 +57,7 @@ def worker(flags: tuple[str, ...]) -> int:
 
     The database is migrated first, unless --no-migrate."""
     _need_server("worker")
-    from worker.main import main as work
+    from worker.fleet.main import main as work
 
     return work(list(flags))
 

@@ -16,8 +16,14 @@ from shared.core.db import read, write
 from shared.core.errors import InvalidRequest, quote
 from shared.core.owners import RESERVED_PREFIX, ensure_owner, is_reserved_owner_name
 from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota
-from shared.queue.quotas import QUOTA_FIELDS, QuotaDefaults, check_storage, device_hours_24h, effective_quota
-from shared.queue.storage_usage import StorageUsage, own_storage_limits, storage_by_owner
+from shared.scheduling.quotas import (
+    QUOTA_FIELDS,
+    QuotaDefaults,
+    check_storage,
+    device_hours_24h,
+    effective_quota,
+)
+from shared.scheduling.storage_usage import StorageUsage, own_storage_limits, storage_by_owner
 
 SETTABLE = ("share", *QUOTA_FIELDS)
 

@@ -1,6 +1,6 @@
 """The dry-run plan (POST /v1/jobs?dry_run=true): what can be known about a job without a GPU.
 
-Torch-free. The data checks are shared/submission/data_checks.py's (the same ones a real submission runs);
+Torch-free. The data checks are shared/admission/data_checks.py's (the same ones a real submission runs);
 on top of them the plan holds:
 - the schedule: run_glue_no_trainer.py's arithmetic, computed by the training loop's own code
   (shared/jobspec/schedule.py) on the batches `accelerator.prepare` would give each process;
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from service.bounded_child import ChildFailed, ChildLimits, run_bounded
 from service.dry_run.tokenizer_child import measure
 from service.files.upload_checks import first_rows
+from shared.admission.data_checks import DataReport, read_and_check
 from shared.core.config import Settings
 from shared.core.errors import InvalidRequest
 from shared.data.limits import FileLimits
@@ -31,7 +32,6 @@ from shared.jobspec.schedule import spec_schedule
 from shared.jobspec.spec import JobSpec, job_kind
 from shared.jobspec.tasks import EVAL_SPLIT, TASKS
 from shared.model_folders.reading import api_model_folder, count, read_config, safetensors_shapes
-from shared.submission.data_checks import DataReport, read_and_check
 
 # numpy and pandas are imported where used: the API imports this module at start and plans only on a
 # dry run's request, so that its start does not pay for their import.
@@ -50,7 +50,7 @@ MAX_TOKENIZED_ROWS = 5_000
 SAMPLE_SEED = 0
 # transformers' LengthGroupedSampler sorts megabatches of 50 batches by length.
 LENGTH_GROUPED_MEGABATCH = 50
-# Workers pad to a multiple of 8 under mixed precision on CUDA (worker.batches.pad_multiple); the API
+# Workers pad to a multiple of 8 under mixed precision on CUDA (worker.training.batches.pad_multiple); the API
 # does not know the worker's device, so the plan counts that case (on a CPU a job pads less).
 MIXED_PRECISION_PAD_MULTIPLE = 8
 MAX_LISTED_STEPS = 50
@@ -60,7 +60,7 @@ DEFAULT_LORA_TARGETS = ("query", "value", "query_proj", "value_proj", "q_lin", "
 
 
 def plan_job(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str, Any]:
-    """The plan of a job whose spec is resolved (shared.submission.job_checks.check_job_spec, seed recorded);
+    """The plan of a job whose spec is resolved (shared.admission.job_checks.check_job_spec, seed recorded);
     InvalidSpec when its data would fail it on a worker (quoting only the caller's own files)."""
     data, report = read_and_check(spec, settings, scope=scope)
     data = _with_sampled_texts(spec, data, settings, scope)
@@ -408,7 +408,7 @@ def memory_estimate(
     if spec.apply_lora:
         trainable = _lora_parameters(spec, shapes, hidden, layers) + head
     elif spec.freeze_word_embeddings:
-        # worker/training.py's _build_model keeps the input embedding table as loaded (no gradient,
+        # worker/training/loop.py's _build_model keeps the input embedding table as loaded (no gradient,
         # no optimizer state): on MiniLM half the parameters (22.7M planned was 11.0M trained).
         trainable = parameters - _word_embedding_parameters(config, shapes, hidden)
     else:
@@ -416,7 +416,7 @@ def memory_estimate(
     if not spec.trains:
         trainable = 0  # no gradient, no optimizer state
     # The spec's precision: a worker without bf16 units trains a `fast` job in fp32
-    # (worker/precision.py), which this plan cannot know; the estimate is then low on activations.
+    # (worker/training/precision.py), which this plan cannot know; the estimate is then low on activations.
     mixed = spec.mixed_precision != "no"
     sequence = spec.max_length if spec.pad_to_max_length or longest is None else longest
     batch = spec.per_device_train_batch_size if spec.trains else spec.per_device_eval_batch_size

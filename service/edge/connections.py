@@ -24,7 +24,7 @@ on_response_complete), its `cycle`, `loop` and `transport` attributes and its lo
 request, none of them public API. They hold in the uvicorn releases UVICORN_REQUIREMENT names
 (server/pyproject.toml pins the same range), and `check_uvicorn_hooks` checks at import that the
 installed one still has them, so an upgrade that moved them fails at start-up with the version named,
-not later with connections silently unguarded. tests/test_slow_clients.py drives them through real
+not later with connections silently unguarded. tests/service/test_slow_clients.py drives them through real
 sockets.
 """
 

@@ -4,7 +4,7 @@ FastAPI validates a body before the route runs, so a spec with a typo in one fla
 its data ever being read: the missing validation_file and the bad label in the train_file would
 come one refusal at a time. `SpecCheckedRoute` (the route class of the routers whose bodies hold a
 `spec`) catches that refusal, salvages what it can of the spec (service/edge/spec_salvage.py) and runs
-the checks a job's spec goes through on it (shared/submission/job_checks.spec_problems: files, model, data),
+the checks a job's spec goes through on it (shared/admission/job_checks.spec_problems: files, model, data),
 adding what they find to the refusal: the spec's problems first, then the data's.
 
 This is FastAPI's documented way to act on a request's validation error (a custom APIRoute whose
@@ -27,8 +27,8 @@ from starlette.responses import Response
 from service.accounts.auth import Principal
 from service.deps import get_data_scope
 from service.edge.spec_salvage import refused_keys, salvage
+from shared.admission.job_checks import spec_problems
 from shared.core.errors import GluejobsError, Problem
-from shared.submission.job_checks import spec_problems
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A request whose spec has a typo in one flag is refused before any route runs (pydantic validates the
 body first); the data files it names would then go unchecked, and the user would learn of a missing
 file or a bad label only after fixing the typo. `salvage` takes the refused fields out of the spec
-and validates the rest, so that the other checks (shared/submission/job_checks.spec_problems) can still run
+and validates the rest, so that the other checks (shared/admission/job_checks.spec_problems) can still run
 and one answer names every problem.
 
 Only the first round of refusals is reported: what the remainder's validation refuses after a field

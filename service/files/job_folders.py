@@ -28,8 +28,10 @@ from shared.jobspec.model_names import NAME_MAX_BYTES
 
 LOGS = "logs"
 CHECKPOINTS = "checkpoints"
-STATE_FILE = "gluejobs_state.json"  # written last into a checkpoint (worker/checkpoints.py)
-PARTIAL_SUFFIX = ".partial"  # a checkpoint being written (worker/checkpoints.py): not an artifact yet
+STATE_FILE = "gluejobs_state.json"  # written last into a checkpoint (worker/training/checkpoints.py)
+PARTIAL_SUFFIX = (
+    ".partial"  # a checkpoint being written (worker/training/checkpoints.py): not an artifact yet
+)
 _LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
 CHUNK_BYTES = 1 << 20
 MAX_LISTED_FILES = 20_000
@@ -321,7 +323,7 @@ def tar_stream(members: Iterable[Member]) -> Iterator[bytes]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Logs: <job folder>/logs/attempt-<n>.log, one per attempt (worker/supervisor.py writes them)
+# Logs: <job folder>/logs/attempt-<n>.log, one per attempt (worker/fleet/supervisor.py writes them)
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -314,7 +314,7 @@ class _Labels:
     task: GlueTask | None
     counts: Counter[Any] = field(default_factory=Counter)
     # The first rows (numbered as the file's) of each value, for a stray value's refusal: a job on the
-    # upload reads its tally, not its rows (shared/submission/data_checks.py).
+    # upload reads its tally, not its rows (shared/admission/data_checks.py).
     first_rows: dict[Any, list[int]] = field(default_factory=dict)
     ids: np.ndarray | None = None  # a task's classes: rows per id
     scores: list[float] = field(default_factory=lambda: [math.inf, -math.inf, 0.0, 0.0])  # min max sum n

@@ -26,7 +26,7 @@ def readyz(request: Request) -> JSONResponse:
     that says what to wait for: `database_unreachable` (this probe's round trip to the database
     failed), `warming_up` (it answers, but its schema is not yet this release's: being migrated, or
     waiting for `gluejobs migrate`), or `incompatible` (it was migrated for a release this one does
-    not fit: no retry helps). The same words as a worker's health port (worker/health.py)."""
+    not fit: no retry helps). The same words as a worker's health port (worker/fleet/health.py)."""
     db = get_database(request)
     try:
         with db.engine.connect() as connection:

@@ -38,13 +38,13 @@ from service.schemas.jobs import (
 )
 from service.user_views import checkpoint_path
 from shared import jobs_repo
+from shared.admission.job_checks import check_job_spec, check_priority
 from shared.core.artifact_links import download_command
 from shared.core.errors import Conflict, InvalidRequest, quote
 from shared.core.tables import JobStatus
 from shared.jobspec import validation_messages
 from shared.jobspec.spec import JobSpec
-from shared.queue.quotas import QuotaDefaults
-from shared.submission.job_checks import check_job_spec, check_priority
+from shared.scheduling.quotas import QuotaDefaults
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=SpecCheckedRoute)
 

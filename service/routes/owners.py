@@ -14,7 +14,7 @@ from service.accounts.owner_views import list_owners, set_owner_quota
 from service.deps import PrincipalDep, SessionDep, SettingsDep
 from service.schemas.jobs import ErrorResponse
 from service.schemas.owners import OwnerName, OwnerPublic, OwnersPublic, OwnerUpdate
-from shared.queue.quotas import QuotaDefaults
+from shared.scheduling.quotas import QuotaDefaults
 
 router = APIRouter(prefix="/owners", tags=["owners"])
 

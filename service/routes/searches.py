@@ -20,16 +20,16 @@ from service.schemas.searches import (
     SeedsCreate,
 )
 from shared import jobs_repo
+from shared.admission.job_checks import check_priority
 from shared.core.errors import Conflict
 from shared.core.tables import Job, Search, SearchStatus, SearchTrial, utcnow
-from shared.queue.quotas import QuotaDefaults
 from shared.research.sweep_stats import sweep_status
 from shared.research.sweeps import resolve_sweep
+from shared.scheduling.quotas import QuotaDefaults
 from shared.searches import store
 from shared.searches.config import dump
 from shared.searches.optimizer import Optimizer, best_value
 from shared.searches.specs import check_space, corners, draw_seed, resolve_objective, resolve_trials
-from shared.submission.job_checks import check_priority
 
 router = APIRouter(prefix="/searches", tags=["searches"])
 

@@ -9,11 +9,11 @@ from fastapi import APIRouter, Query, Response, status
 from service.deps import After, DataScopeDep, PrincipalDep, SessionDep, SettingsDep, SweepDep
 from service.schemas.jobs import ErrorResponse, Page, SweepCreate, SweepPlan, SweepPlanJob, SweepPublic
 from shared import jobs_repo
+from shared.admission.job_checks import check_priority
 from shared.core.tables import Job, JobStatus, Sweep
-from shared.queue.quotas import QuotaDefaults
 from shared.research.sweep_stats import job_counts, main_metric, sweep_results, sweep_status
 from shared.research.sweeps import resolve_sweep
-from shared.submission.job_checks import check_priority
+from shared.scheduling.quotas import QuotaDefaults
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 

@@ -79,7 +79,7 @@ class HeadlineMetric(BaseModel):
 
 
 class WaitingFor(BaseModel):
-    """Why a queued job is held back (shared/queue/wait_reasons.py)."""
+    """Why a queued job is held back (shared/scheduling/wait_reasons.py)."""
 
     reason: Literal["quota", "storage", "reservation", "devices", "retry_backoff", "build"]
     message: str = Field(description="e.g. alice holds 1 of 1 devices (max_devices)")

@@ -28,7 +28,7 @@ _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 # Keys travel in an HTTP header, which carries bytes Starlette reads as latin-1: printable ASCII
 # (no spaces, no commas: those separate entries) is what arrives unchanged on every client.
 _KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
-# The experiment trackers whose files a worker keeps inside the job's folder (worker/tracking.py);
+# The experiment trackers whose files a worker keeps inside the job's folder (worker/training/tracking.py);
 # Accelerate's others write to the working directory or the home folder, so none may be served.
 CONFINED_TRACKERS = ("tensorboard", "mlflow")
 
@@ -257,7 +257,7 @@ class Settings(BaseSettings):
         description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
         "requests; a browser request from any other origin gets 403",
     )
-    # --- a team's shared fleet (shared/queue/fair_share.py, shared/queue/quotas.py,
+    # --- a team's shared fleet (shared/scheduling/fair_share.py, shared/scheduling/quotas.py,
     # service/edge/rate_limits.py) -------
     fair_share: bool = Field(
         default=True,

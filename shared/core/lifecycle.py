@@ -4,7 +4,7 @@
 move that is not here: a caller that tries one has a bug, and writing it anyway would leave a job in
 a state nothing else expects (a finished job running again, a queued job "succeeding"). The users'
 lifecycle table (docs/users/http-api.md, "Job lifecycle") is checked against this one by
-tests/test_lifecycle.py, so the two cannot drift apart.
+tests/shared/test_lifecycle.py, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _ok, _fail, _x = JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled
 
 # FROM → {TO: why}. A finished status (succeeded, failed, cancelled) has no way out: a rerun is a
 # new job. Who makes each move: jobs_repo.jobs (create, cancel, prune), jobs_repo.queue (claim,
-# finish, fail, hand back, refuse, release, lease recovery), worker/supervisor.py (which outcome).
+# finish, fail, hand back, refuse, release, lease recovery), worker/fleet/supervisor.py (which outcome).
 TRANSITIONS: Final[Mapping[Source, Mapping[JobStatus, str]]] = MappingProxyType(
     {
         NEW: {_q: "submitted (or rerun, or queued by a sweep or search)"},

@@ -7,7 +7,8 @@ predictions, GLUE submission files, logs and tracker files. One setting chooses 
 - `s3://bucket/prefix`: any S3-compatible store (MinIO, Ceph, R2, GCS's S3 API, AWS). The endpoint
   and the credentials come from the standard AWS environment and config (AWS_ENDPOINT_URL,
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/config …), as every AWS tool reads
-  them. A worker then writes a job's folder on its own disk and mirrors it here (worker/job_storage.py).
+  them. A worker then writes a job's folder on its own disk and mirrors it here
+   (worker/training/job_storage.py).
 
 Why fsspec (with s3fs for S3): one file-system interface for the local folder and the object store,
 so every caller is written once; s3fs signs its requests through botocore (no signing of our own),
@@ -51,7 +52,7 @@ JOBS = "jobs"  # a job's folder: jobs/<id>/…
 MODELS = "models"  # registered models: models/blobs/<sha256>, models/manifests/<sha256>.json
 # S3 multipart pieces, sent one at a time: what an upload holds in memory (S3's minimum part is
 # 5 MiB; s3fs's defaults, 50 MiB parts ten at a time, would hold half a gigabyte). Measured on a
-# 200 MiB upload through the API (tests/test_files_api.py): peak RSS +31 MiB; two at a time, +48.
+# 200 MiB upload through the API (tests/service/test_files_api.py): peak RSS +31 MiB; two at a time, +48.
 PART_BYTES = 8 * 1024 * 1024
 PARTS_AT_ONCE = 1
 # Errors with these numbers are the store's or the network's passing trouble (s3fs maps S3's

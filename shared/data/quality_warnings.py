@@ -7,7 +7,7 @@ run and a job carry (shared.core.errors.Problem, codes below).
   Among them the stray values (`label_pairs`): a label that differs from another only in case or
   spaces, or a rare one (at most 1/STRAY_RARITY of the other's rows) that is a near spelling or an
   abbreviation of a frequent one (`positive ` once beside 200 `pos`). An upload warns of them with
-  their first rows; a job is refused on them (code `stray_label`, shared/submission/data_checks.py)
+  their first rows; a job is refused on them (code `stray_label`, shared/admission/data_checks.py)
   unless its spec's keep_labels names them.
 - `rare_class`: a class with fewer than RARE_CLASS_FRACTION of the labelled rows, or fewer than
   RARE_CLASS_ROWS rows in a file of at least RARE_CLASS_MIN_FILE_ROWS labelled rows.

@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Base, Job, JobStatus, utcnow
 from shared.jobs_repo.events import STATE
 from shared.jobs_repo.streams import NOTIFY_CHANNEL
-from shared.queue.fair_share import ClaimPolicy
+from shared.scheduling.fair_share import ClaimPolicy
 
 
 class _Stepwise(Enum):

@@ -18,7 +18,7 @@ from shared.core.tables import ErrorCode, IdempotencyKey, Job, JobStatus, utcnow
 from shared.jobs_repo.events import transition
 from shared.jobs_repo.files import link_files
 from shared.jobs_repo.models import link_model
-from shared.queue.quotas import QuotaDefaults, check_queued
+from shared.scheduling.quotas import QuotaDefaults, check_queued
 
 # How long POST /v1/jobs remembers an Idempotency-Key (at least the 24 hours the API promises).
 IDEMPOTENCY_KEY_TTL_S = 48 * 3600.0

@@ -170,7 +170,7 @@ def find_job_model(
     non-admin caller must be); NotFound (also for another owner's job), Conflict when the job has not
     got there yet (no final model before it succeeded), InvalidSpec when it never will. A LoRA job's
     adapter (its final model, unless it saved a merged one, and its checkpoints) with `adapters` (a
-    job's spec: the worker loads it on its base, worker/lora_sources.py), InvalidSpec without (a
+    job's spec: the worker loads it on its base, worker/training/lora_sources.py), InvalidSpec without (a
     registered model is a full model)."""
     with read(session):
         try:

@@ -23,8 +23,8 @@ from shared.jobs_repo.reservations import (
     reserve_wide_job,
     wide_job_conditions,
 )
-from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
-from shared.queue.quotas import has_storage_tables, within_device_quota
+from shared.scheduling.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.scheduling.quotas import has_storage_tables, within_device_quota
 
 
 def queued_wider_than(session: Session, *, processes: int) -> list[int]:
@@ -51,14 +51,14 @@ def claim_next(
     policy: ClaimPolicy | None = None,
     skip: Collection[int] = (),
 ) -> Job | None:
-    """Claim the next claimable job in the order of `policy` (shared/queue/fair_share.py: fair share,
+    """Claim the next claimable job in the order of `policy` (shared/scheduling/fair_share.py: fair share,
     priority, age; without a policy: priority, then age), or None.
 
     On Postgres the common claim is one statement (claim_statement.py: pick, claim, event and
     NOTIFY in one round trip, autocommit); where it says it cannot decide alone (the picked job's
     owner has a quota of its own, a default quota is configured, this worker holds a reservation, a
     wide job waits to reserve one), and on SQLite, the claim is `_claim_stepwise`, the
-    multi-statement claim below. Both pick the same job (tests/test_claim_statement.py compares
+    multi-statement claim below. Both pick the same job (tests/shared/test_claim_statement.py compares
     them over random queues): a new condition on what a claim may take (a gang job's, a new quota)
     goes into both, or the statement hands the jobs it concerns to the stepwise claim.
     """

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from shared.core.db import write
 from shared.core.tables import LIVE_WORKER_STATES, Job, JobStatus, Worker
 from shared.jobs_repo.events import LOG, _event
-from shared.queue.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.scheduling.fair_share import ClaimPolicy, first_claimable, plan_claim
 
 
 def worker_alive(worker_id: Any, *, now: datetime, lease_s: float) -> ColumnElement[bool]:

@@ -1,6 +1,6 @@
 """The writes behind an owner's storage (issue 33 item 5): the tally's sizes, the removal of a finished
 job's checkpoints (DELETE /v1/jobs/{id}/checkpoints, and the retention, GLUEJOBS_CHECKPOINT_RETENTION_DAYS)
-and the journal that makes that removal crash-safe. The reads are shared/queue/storage_usage.py.
+and the journal that makes that removal crash-safe. The reads are shared/scheduling/storage_usage.py.
 
 Sizes (rows of checkpoint_sizes and job_output_sizes). A checkpoint is sized once it is declared
 (its folder is whole in the store then, and never changes), a job's other files once it has finished
@@ -50,8 +50,8 @@ from shared.jobs_repo.events import CHECKPOINT, _event, _insert_for
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"  # a job folder's checkpoints (worker/job_storage.py)
-CHECKPOINT_PREFIX = "checkpoint-"  # their folders' names (worker/checkpoints.py)
+CHECKPOINTS = "checkpoints"  # a job folder's checkpoints (worker/training/job_storage.py)
+CHECKPOINT_PREFIX = "checkpoint-"  # their folders' names (worker/training/checkpoints.py)
 # A finished job's files are sized this long after it finished: its last log copy comes just after.
 SETTLE_S = 60.0
 # What one pass of the sweep sizes or removes at most (the next pass goes on).

@@ -16,7 +16,7 @@ from shared.core.ownership import _newest_first, _owned
 from shared.core.tables import Job, JobMetric, JobStatus, Sweep, utcnow
 from shared.jobs_repo.jobs import _add_job, _cancel
 from shared.jobspec.tasks import EVAL_MISMATCHED_SPLIT, EVAL_SPLIT
-from shared.queue.quotas import QuotaDefaults, check_queued
+from shared.scheduling.quotas import QuotaDefaults, check_queued
 
 
 @dataclass(frozen=True)

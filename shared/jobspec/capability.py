@@ -6,7 +6,7 @@ good, in a second). So a worker reads the stored spec against its own JobSpec be
 
 - a field this build does not know, holding its "off" value (None, False, an empty list or mapping),
   asks for nothing: the job runs without it. Every field added to JobSpec defaults to such a value
-  (tests/test_build_capability.py holds new fields to it), so a job that uses no new feature runs on
+  (tests/worker/test_build_capability.py holds new fields to it), so a job that uses no new feature runs on
   a build from before that feature;
 - a field this build does not know, set to anything else: the job needs a feature this build lacks;
 - a spec that does not validate on this build (a value a newer build allows): this build cannot run

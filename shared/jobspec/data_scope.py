@@ -4,7 +4,7 @@ Without API keys there is one user, and the whole folder is theirs. With keys, e
 live in a folder of their own, GLUEJOBS_DATA_DIR/owners/<owner folder>/: a key's paths resolve there
 and may not leave it (symbolic links are followed before the check), while an admin key may name
 any path under GLUEJOBS_DATA_DIR. Every route that takes a path resolves it through
-`DataScope.resolve` (via shared.submission.job_checks.check_job_spec), and `owner_folder` alone says which
+`DataScope.resolve` (via shared.admission.job_checks.check_job_spec), and `owner_folder` alone says which
 folder is whose.
 
 Uploaded files (`"train_file": "file-7"`) are named by id instead: `DataScope.uploaded` looks the id

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 PREFIX = "job:"
 # Written beside a final model (and a LoRA job's merged model) and in every checkpoint.
 MANIFEST_NAME = "gluejobs_model_manifest.json"
-CHECKPOINT_PREFIX = "checkpoint-"  # worker/checkpoints.py's folder names
+CHECKPOINT_PREFIX = "checkpoint-"  # worker/training/checkpoints.py's folder names
 BEST = "best"
 _SOURCE = re.compile(
     r"^job:(?P<job>[1-9][0-9]{0,17})(?:/(?P<which>best|checkpoint-(?P<step>0|[1-9][0-9]{0,9})))?$"

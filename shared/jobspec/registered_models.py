@@ -88,7 +88,8 @@ class RegisteredModel(BaseModel):
         description="A job's checkpoint (job:ID/checkpoint-N, job:ID/best): which one; null: its final model",
     )
     # A LoRA job's adapter (job:ID… of a job with apply_lora): the base it was trained on, which the
-    # worker loads the adapter onto (worker/lora_sources.py). A stored base is pinned by its own record
+    # worker loads the adapter onto (worker/training/lora_sources.py).
+    # A stored base is pinned by its own record
     # (its sha256); a Hub base by the commit the adapter's adapter_config.json records (`revision`).
     base_model_name_or_path: str | None = Field(
         default=None,

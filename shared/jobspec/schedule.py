@@ -1,6 +1,6 @@
 """The schedule: run_glue_no_trainer.py's arithmetic of optimizer steps, epochs and warmup.
 
-Torch-free, so that the training loop (worker/training.py, on the batches `accelerator.prepare`
+Torch-free, so that the training loop (worker/training/loop.py, on the batches `accelerator.prepare`
 left each process) and the dry run's plan (service/dry_run/plan.py, on the batches it expects each process
 to get) compute it with the same code: the plan cannot drift from the run.
 """

@@ -114,13 +114,13 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 #   bf16                    bf16 autocast (CUDA with bf16, and CPUs: AVX512-BF16/AMX); the classifier
 #                           head, the loss, the weights and the optimizer's state stay fp32. A CPU
 #                           without bf16 instructions emulates it many times slower than fp32: there
-#                           the worker trains a fast job in fp32 (worker/precision.py)
+#                           the worker trains a fast job in fp32 (worker/training/precision.py)
 #   group_eval_by_length    evaluation batches sorted by length, predictions put back in row order
 #   per_device_eval_batch_size 64: sorted batches waste little on padding, so larger ones are cheap
 #   optim                   the fused AdamW kernel (already the default)
 #   freeze_word_embeddings  the word-embedding table stays as loaded: on MiniLM half the parameters,
 #                           whose dense gradient, clipping and AdamW update cost a CPU step 13%
-#   fast_dropout            dropout masks from NumPy's PCG64 on the CPU (worker/fast_dropout.py): the
+#   fast_dropout            dropout masks from NumPy's PCG64 on the CPU (worker/training/fast_dropout.py): the
 #                           same law, less than half of torch's per-element draws' time
 # A job that asks for fp16 keeps it (fast then leaves bf16 alone): the way to the fast path on GPUs
 # without bf16 (T4, V100).
@@ -289,7 +289,7 @@ class JobSpec(BaseModel):
         description="The column that holds the labels (AutoTrain's target_column, also taken under that "
         "name). Absent: 'label'",
     )
-    # A rare label spelled like a frequent one is refused as a stray value (shared/submission/data_checks.py)
+    # A rare label spelled like a frequent one is refused as a stray value (shared/admission/data_checks.py)
     # unless named here: the one way to say "this really is a class of its own".
     keep_labels: list[ColumnName] | None = Field(
         default=None,
@@ -951,7 +951,7 @@ def resolve_under(root: Path, value: str, *, field: str) -> Path:
 def locate_model(name: str, models_dir: Path) -> Path | str:
     """Where a job's model comes from: a folder under `models_dir` (resolved, absolute) or a Hub id.
 
-    The one rule the API (check_paths) and the workers (worker.modeling.resolve_model) both follow.
+    The one rule the API (check_paths) and the workers (worker.training.modeling.resolve_model) both follow.
     A name is a folder when it is absolute, when it cannot be a Hub id, or when `models_dir` has an
     entry of that name; anything else is a Hub id, which a worker reads from the Hub's cache (or
     downloads into it), never from a folder of that name elsewhere.

@@ -15,7 +15,7 @@ log quoted after it, are therefore rewritten before the job's row gets them:
   component.
 
 Operators keep the full text: the job's log file holds the traceback as it was written, and the
-worker's own log the cause as it was reported (worker/supervisor.py). Torch-free, like the runner.
+worker's own log the cause as it was reported (worker/fleet/supervisor.py). Torch-free, like the runner.
 
 The API applies the same rules to what a non-admin key reads of a job (service/user_views.py): the
 job's log, and the paths of its result and reproducibility record. It lives here, not in worker/,

@@ -115,7 +115,7 @@ def _sizes(config: dict[str, Any], *, field: str, error: type[GluejobsError]) ->
 
 # Past this a count is said as "more than": a config's sizes are Python ints of any length, and a
 # float of their product overflowed (a hidden_size of 10**400 answered 500, found by
-# tests/test_fuzz_bodies.py).
+# tests/service/test_fuzz_bodies.py).
 BEYOND_WORDS = 10**18
 
 

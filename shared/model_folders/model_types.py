@@ -2,7 +2,7 @@
 registered model folder without importing transformers (the API installs without it).
 
 A snapshot of transformers' CONFIG_MAPPING_NAMES (transformers 5.24.0);
-tests/test_models_api.py compares it with the installed transformers, so a newer transformers that
+tests/service/test_models_api.py compares it with the installed transformers, so a newer transformers that
 knows more types shows up as a failing test and this list is regenerated from
 `sorted(transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES)`.
 """

@@ -31,7 +31,8 @@ MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 def api_model_folder(spec: JobSpec, settings: Settings) -> Path | None:
     """Where the API reads the spec's model from: its registered model's config and tokenizer
     (fetched into the cache), its folder under GLUEJOBS_MODELS_DIR, or None for a Hub id. For a LoRA
-    job's adapter, its base's: the job's model is the adapter merged into it (worker/lora_sources.py),
+    job's adapter, its base's: the job's model is the adapter merged into it
+    (worker/training/lora_sources.py),
     of the base's shape, with the base's tokenizer (the LoRA job saved that one beside the adapter)."""
     record, name = spec.registered_model, spec.model_name_or_path
     while record is not None and record.base_model_name_or_path is not None:
@@ -43,7 +44,7 @@ def api_model_folder(spec: JobSpec, settings: Settings) -> Path | None:
 
 
 def local_model_folder(name_or_path: str, settings: Settings) -> Path | None:
-    """The model's folder under GLUEJOBS_MODELS_DIR, or None for a Hub id (worker.modeling's rule)
+    """The model's folder under GLUEJOBS_MODELS_DIR, or None for a Hub id (worker.training.modeling's rule)
     and for a registered model."""
     if is_registered(name_or_path):
         return None

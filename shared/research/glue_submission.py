@@ -1,6 +1,6 @@
 """GLUE's submission format: the files a task's predictions go in, and the zip GLUE's site accepts.
 
-Torch-free: the worker writes the files (worker/submission.py), the API bundles them
+Torch-free: the worker writes the files (worker/training/glue_predictions.py), the API bundles them
 (GET /v1/submissions). One file per test split, named as GLUE expects (CoLA.tsv … MNLI-m.tsv,
 MNLI-mm.tsv, AX.tsv), a header `index<TAB>prediction`, the test file's own ids in its order, and
 the task's label format: 0/1 ids, label names (MNLI, QNLI, RTE) or STS-B scores clipped to 0..5.

@@ -1,7 +1,7 @@
 """A sweep's jobs: one spec per combination of grid values and seeds, each checked like a job.
 
 Every combination is validated exactly as POST /v1/jobs validates a job (the spec's rules, then
-shared.submission.job_checks.check_job_spec: paths in the caller's data folder, trackers, data checks); the
+shared.admission.job_checks.check_job_spec: paths in the caller's data folder, trackers, data checks); the
 first one that fails refuses the whole sweep with 422 naming the
 combination and the field (`grid.<name>`, `seeds` or `spec.<name>`), and nothing is stored.
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared.admission.job_checks import check_job_spec
 from shared.core.config import Settings
 from shared.core.errors import MAX_PROBLEMS, InvalidRequest, InvalidSpec, Problem
 from shared.jobs_repo import SweepJob
 from shared.jobspec import validation_messages
 from shared.jobspec.data_scope import DataScope
 from shared.jobspec.spec import JobSpec, field_names, spec_keys
-from shared.submission.job_checks import check_job_spec
 
 MAX_SWEEP_JOBS = 100
 MAX_GRID_VALUES = 50

@@ -17,13 +17,14 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
+from shared.admission.job_checks import spec_warnings
 from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.errors import InvalidSpec, OverQuota
 from shared.core.tables import Job, JobStatus, Search, SearchStatus, SearchTrial
 from shared.jobs_repo import SweepJob
 from shared.jobspec.spec import JobSpec
-from shared.queue.quotas import QuotaDefaults
+from shared.scheduling.quotas import QuotaDefaults
 from shared.searches import store
 from shared.searches.config import Parameter
 from shared.searches.optimizer import (
@@ -36,7 +37,6 @@ from shared.searches.optimizer import (
     best_trial,
     best_value,
 )
-from shared.submission.job_checks import spec_warnings
 
 logger = logging.getLogger(__name__)
 

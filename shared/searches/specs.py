@@ -1,6 +1,6 @@
 """A search's specs: the base spec and space checked together, the objective resolved against the
 task's metrics, and each trial's job spec resolved exactly as POST /v1/jobs resolves a job's
-(shared.submission.job_checks.check_job_spec, through the sweeps' `resolve_sweep`, so that a trial is refused
+(shared.admission.job_checks.check_job_spec, through the sweeps' `resolve_sweep`, so that a trial is refused
 or warned about as a sweep's job would be)."""
 
 from __future__ import annotations

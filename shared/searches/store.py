@@ -19,7 +19,7 @@ from shared.core.tables import Job, JobEvent, JobMetric, Search, SearchStatus, S
 from shared.jobs_repo import SweepJob, prune_job
 from shared.jobs_repo.jobs import _add_job, _cancel
 from shared.jobspec.tasks import EVAL_SPLIT
-from shared.queue.quotas import QuotaDefaults, check_queued
+from shared.scheduling.quotas import QuotaDefaults, check_queued
 from shared.webhooks import search_finished
 
 
@@ -152,7 +152,7 @@ def trials_of_jobs(session: Session, *, job_ids: Sequence[int]) -> dict[int, Sea
         return {trial.job_id: trial for trial in session.scalars(query) if trial.job_id is not None}
 
 
-# The training loop announces its schedule in one event (worker/run_reports.py's log_schedule).
+# The training loop announces its schedule in one event (worker/training/reporter.py's log_schedule).
 SCHEDULE_EVENT = "training: %"
 
 
