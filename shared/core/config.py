@@ -1,4 +1,14 @@
-"""Settings, read once from the environment (prefix GLUEJOBS_) by both the API and the workers."""
+"""Settings, read once from the environment (prefix GLUEJOBS_) by both the API and the workers.
+
+One `Settings` is what every process builds (`get_settings()`), composed of groups by who reads them,
+so that a reader of this file sees what a worker needs apart from what only the API needs:
+`CommonSettings` (the database, the store and the folders: everyone), `SchedulingSettings` (fair share
+and quotas: the API at submission, the workers at claim), `WorkerSettings` (the workers alone),
+`ApiSettings`, `DataLimitSettings` and `WebhookSettings` (the API alone). The groups are flat mixins of
+one class, not nested models: a nested model would change the environment names (GLUEJOBS_API__…), and
+every name here is part of an operator's configuration. docs/operators/configuration.md shows the same
+groups (tests/project/test_settings_layout.py holds the two together).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +31,11 @@ def _split_keys(value: object) -> object:
     return value
 
 
+def _split_names(value: object) -> object:
+    """Names (hosts, origins, trackers) as `_split_keys` reads them, lowercased."""
+    return _split_keys(value.lower() if isinstance(value, str) else value)
+
+
 KeyList = Annotated[list[str], NoDecode]
 
 DIGEST_PREFIX = "sha256:"
@@ -33,9 +48,15 @@ _KEY_CHARS = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # "!" to "~" without ","
 CONFINED_TRACKERS = ("tensorboard", "mlflow")
 
 
-class Settings(BaseSettings):
+class _FromEnvironment(BaseSettings):
     # hide_input_in_errors: a bad setting is named, never echoed (keys, passwords in database URLs).
     model_config = SettingsConfigDict(env_prefix="GLUEJOBS_", extra="ignore", hide_input_in_errors=True)
+
+
+class CommonSettings(_FromEnvironment):
+    """What the API and the workers both read: the database, the store, the folders a job's data,
+    models and caches are in, the lease the API checks and the workers renew, the trackers the workers
+    serve and the API's checks hold jobs to."""
 
     database_url: str = Field(
         default=f"sqlite:///{DEFAULT_VAR_DIR / 'gluejobs.db'}",
@@ -66,15 +87,241 @@ class Settings(BaseSettings):
         description="How long an operation on an unreachable store is retried (with backoff) before the "
         "attempt fails as storage_unreachable, which is retried as a new attempt",
     )
+    lease_s: float = Field(default=60.0, gt=0, description="A running job's lease; renewed by heartbeats")
+    trackers: KeyList = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Experiment trackers the workers serve (installed and configured on every worker); "
+        "jobs asking for others are refused. Default: TensorBoard, which the worker extra installs",
+    )
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if scheme != "s3" or not sep or not rest.split("/")[0]:
+            raise ValueError(
+                "GLUEJOBS_STORAGE_URL takes s3://bucket/prefix (leave it unset for the local folder "
+                "GLUEJOBS_ARTIFACTS_DIR)"
+            )
+        return f"s3://{rest.strip('/')}"
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _parse_trackers(cls, value: object) -> object:
+        return _split_names(value)
+
+    @field_validator("trackers")
+    @classmethod
+    def _confined_trackers(cls, value: list[str]) -> list[str]:
+        outside = [name for name in value if name not in CONFINED_TRACKERS]
+        if outside:
+            raise ValueError(
+                f"GLUEJOBS_TRACKERS: {outside[0]!r} would write outside the job's folder on the workers; "
+                f"gluejobs serves {', '.join(CONFINED_TRACKERS)}"
+            )
+        return value
+
+    def job_dir(self, job_id: int) -> Path:
+        """A job's folder (model, checkpoints, logs, predictions): the one the worker writes and the
+        API serves, so both must see the same GLUEJOBS_ARTIFACTS_DIR."""
+        return (self.artifacts_dir / "jobs" / str(job_id)).resolve()
+
+
+class SchedulingSettings(_FromEnvironment):
+    """A team's shared fleet (shared/scheduling/fair_share.py, shared/scheduling/quotas.py): read by
+    the API's admission and by the workers' claims."""
+
+    fair_share: bool = Field(
+        default=True,
+        description="A claim prefers the owner holding the fewest devices (weighted by their share), then "
+        "priority, then age; off: priority, then age, for everyone",
+    )
+    max_user_priority: int = Field(
+        default=100,
+        ge=0,
+        le=1000,
+        description="The highest priority a non-admin key may set; admins may set up to 1000, and a "
+        "priority above this one runs before fair share's order",
+    )
+    reservation_after_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="A job needing more devices than a worker has free, queued this long, reserves that "
+        "worker: narrower jobs no longer take its devices until the wide job has started",
+    )
+    default_max_devices: int | None = Field(
+        default=None,
+        ge=1,
+        description="Devices one owner may hold at once (none: no limit); admins set "
+        "per-owner quotas over the API",
+    )
+    default_max_queued: int | None = Field(
+        default=1000, ge=1, description="Queued jobs one owner may have; a submission over it gets 429"
+    )
+    default_max_device_hours_per_day: float | None = Field(
+        default=None, gt=0, description="Device-hours one owner may use in any 24 hours (none: no limit)"
+    )
+    default_max_storage_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes one owner may hold in the store (files, models, checkpoints, job outputs; none: "
+        "no limit): uploads past it get 429, and the owner's queued jobs wait until it is under it again",
+    )
+
+
+class WorkerSettings(_FromEnvironment):
+    """Read by the workers alone (worker/fleet, and the training loop's meter and disk check)."""
+
+    heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")
+    poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
+    # A checkpoint that cannot be written fails its attempt; a worker that keeps claiming on a full
+    # disk fails every job it takes (issue 34). Below the floor it claims nothing until it has room.
+    worker_min_free_bytes: int = Field(
+        default=1024**3,
+        ge=0,
+        description="Free bytes a worker keeps on the disks of GLUEJOBS_ARTIFACTS_DIR and "
+        "GLUEJOBS_CACHE_DIR: below it, it claims no job (state low_disk, /readyz 503) until it has room "
+        "again; 0 turns the check off",
+    )
+    max_resource_handbacks: int = Field(
+        default=3,
+        ge=0,
+        description="How often a job is handed back, without spending an attempt, because its worker ran "
+        "out of disk or memory; past it the job fails (it needs more than the workers have)",
+    )
+    cancel_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="SIGTERM→SIGKILL grace for a job's child: on a worker's shutdown, the time it has to "
+        "save a checkpoint at its next step boundary before the job is handed back",
+    )
+    retry_backoff_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="A job that failed for a reason outside itself is retried after this, doubled per "
+        "attempt (capped by GLUEJOBS_RETRY_BACKOFF_MAX_S)",
+    )
+    retry_backoff_max_s: float = Field(default=1800.0, ge=0, description="The longest wait between attempts")
+    device_lock_dir: Path = Field(
+        default=Path("/tmp/gluejobs-devices"),
+        description="Per-GPU lock files: two workers on one machine never hold the same GPU. Must be the "
+        "same folder for every worker of a machine (a machine-wide path, not per checkout)",
+    )
+    warm_start: bool = Field(
+        default=True,
+        description="Fork single-process jobs from a template process with torch already imported "
+        "(about a second from claim to first step) instead of starting a fresh interpreter",
+    )
+    # --- jobs of several machines (issue 37; worker/fleet/launch.py, shared/jobs_repo/gangs.py) ----
+    # Rank 0 of a gang hosts the static rendezvous (torch's c10d TCPStore, then gloo/NCCL) on the
+    # address it advertises and a port it reserves; every other member must reach that address.
+    gang_address: str | None = Field(
+        default=None,
+        description="The address this worker advertises as rank 0 of a job of several machines (the "
+        "others connect to it); unset: this host's address on the route to the database's host, or "
+        "127.0.0.1 with SQLite (every worker on one machine)",
+    )
+    gang_ports: str | None = Field(
+        default=None,
+        pattern=r"^\s*\d{1,5}\s*-\s*\d{1,5}\s*$",
+        description="FIRST-LAST: the ports rank 0 may reserve for a gang's rendezvous (open these between "
+        "workers); unset: any free port the system picks",
+    )
+    gang_fill_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long rank 0 holds an open gang for the other machines to join; not full by then, "
+        "the job goes back to the queue without spending an attempt",
+    )
+    peak_flops: float | None = Field(
+        default=None,
+        gt=0,
+        description="The peak FLOP/s of one job process's device, for the model FLOP utilisation that each "
+        "job's result reports; unset: a GPU's datasheet figure by name, a CPU's measured matmul rate",
+    )
+
+
+class ApiSettings(_FromEnvironment):
+    """Read by the API alone: its keys, what one client may hold of it (service/edge/connections.py,
+    service/edge/guard.py, service/edge/rate_limits.py), and its background work (the store's
+    sweeps, the search driver)."""
+
+    api_keys: KeyList = Field(
+        default_factory=list,
+        description="Bootstrap bearer keys, or sha256:<64 hex digits> digests of them; `alice=<key>` names "
+        "the key's owner (else the owner is key-<first 12 hex digits of its digest>). More keys are "
+        "made, rotated and revoked over the API (POST /v1/keys) and kept as hashes in the database",
+    )
+    admin_keys: KeyList = Field(
+        default_factory=list,
+        description="Bootstrap admin keys (or digests, `name=` as above): they see every owner's jobs and "
+        "manage keys and quotas",
+    )
+    max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections the API keeps at most; at the limit, a new connection closes the "
+        "one that has waited longest for a request head (a slow or idle client), else it gets 503",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that has not sent a whole request head this long is closed",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request whose body has not all arrived this long after it began gets 408",
+    )
+    keep_alive_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)",
+    )
+    max_header_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        description="The request line and headers together (h11's max_incomplete_event_size); more gets 400",
+    )
+    client_log_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Slow, idle and broken clients are logged as one summary line per interval, not a "
+        "line each",
+    )
+    allowed_hosts: KeyList = Field(
+        default_factory=list,
+        description="Host names (or `*.example.org`, or `*` for any) the API answers to besides its bound "
+        "address and loopback names; other Host headers get 400 (DNS rebinding)",
+    )
+    allowed_origins: KeyList = Field(
+        default_factory=list,
+        description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
+        "requests; a browser request from any other origin gets 403",
+    )
+    rate_submits_per_minute: int = Field(
+        default=120,
+        ge=0,
+        description="Writes (submissions, cancels, uploads …) one key may make per "
+        "minute, counted in the database for every API process; 0: no limit",
+    )
+    rate_reads_per_minute: int = Field(
+        default=6000, ge=0, description="Reads one key may make per minute, on every API process; 0: no limit"
+    )
+    max_streams_per_key: int = Field(
+        default=20,
+        ge=0,
+        description="Event streams one key may hold open across every API process; 0: no limit",
+    )
     storage_presign_s: int = Field(
         default=0,
         ge=0,
         le=7 * 24 * 3600,
         description="With an S3 store: downloads of one file answer 307 with a presigned URL valid this "
         "long (the client fetches from the store itself); 0 streams every download through the API",
-    )
-    max_upload_bytes: int = Field(
-        default=2 * 1024**3, gt=0, description="POST /v1/files: larger uploads get 413, nothing kept"
     )
     orphan_grace_s: float = Field(
         default=3600.0,
@@ -83,6 +330,66 @@ class Settings(BaseSettings):
         "row holds is removed at "
         "the API's start once it is this old (an API that died between storing an upload's bytes and "
         "its row); younger ones may belong to an upload in flight",
+    )
+    checkpoint_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="A finished job's checkpoints are removed this many days after it finished, but "
+        "its final model and best checkpoint (none: kept until deleted)",
+    )
+    storage_sweep_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often each API process sizes new checkpoints and finished jobs' outputs for "
+        "the owners' storage tally, finishes deletions a crash cut short and applies the retention",
+    )
+    search_driver: bool = Field(
+        default=True,
+        description="Drive hyperparameter searches from this API process (a background thread; several "
+        "processes share the searches through a lease in the database)",
+    )
+    search_poll_s: float = Field(
+        default=2.0, gt=0, description="How often the search driver reads its searches' new evaluations"
+    )
+    search_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a search driver holds a search without renewing it before another API "
+        "process takes it over",
+    )
+
+    @field_validator("api_keys", "admin_keys", mode="before")
+    @classmethod
+    def _parse_keys(cls, value: object) -> object:
+        return _split_keys(value)
+
+    @field_validator("api_keys", "admin_keys")
+    @classmethod
+    def _valid_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for position, entry in enumerate(value, start=1):
+            try:
+                configured_key_digest(entry)
+            except ValueError as exc:
+                # The entry by its position, never its text: it may be a secret.
+                raise ValueError(f"GLUEJOBS_{str(info.field_name).upper()} entry {position}: {exc}") from None
+        return value
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _parse_names(cls, value: object) -> object:
+        return _split_names(value)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys or self.admin_keys)
+
+
+class DataLimitSettings(_FromEnvironment):
+    """Read by the API alone: what it reads of the data and models that jobs name, uploads and dry
+    runs (shared/data/limits.py, shared/admission, service/files, service/dry_run)."""
+
+    max_upload_bytes: int = Field(
+        default=2 * 1024**3, gt=0, description="POST /v1/files: larger uploads get 413, nothing kept"
     )
     # The shape of any data file the API reads (uploads, dry runs, submissions): checked before its
     # cells are decoded (shared/data/limits.py), so a small file cannot unfold into gigabytes.
@@ -144,196 +451,19 @@ class Settings(BaseSettings):
         description="A model whose config.json declares a shape of more parameters than this (an "
         "estimate from its sizes) is refused at upload, at submit and by the dry run",
     )
-
-    @field_validator("storage_url")
-    @classmethod
-    def _storage_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        scheme, sep, rest = value.strip().partition("://")
-        if scheme != "s3" or not sep or not rest.split("/")[0]:
-            raise ValueError(
-                "GLUEJOBS_STORAGE_URL takes s3://bucket/prefix (leave it unset for the local folder "
-                "GLUEJOBS_ARTIFACTS_DIR)"
-            )
-        return f"s3://{rest.strip('/')}"
-
-    lease_s: float = Field(default=60.0, gt=0, description="A running job's lease; renewed by heartbeats")
-    heartbeat_s: float = Field(default=5.0, gt=0, description="How often a worker renews its lease")
-    poll_interval_s: float = Field(default=2.0, gt=0, description="How often an idle worker looks for work")
-    # A checkpoint that cannot be written fails its attempt; a worker that keeps claiming on a full
-    # disk fails every job it takes (issue 34). Below the floor it claims nothing until it has room.
-    worker_min_free_bytes: int = Field(
-        default=1024**3,
-        ge=0,
-        description="Free bytes a worker keeps on the disks of GLUEJOBS_ARTIFACTS_DIR and "
-        "GLUEJOBS_CACHE_DIR: below it, it claims no job (state low_disk, /readyz 503) until it has room "
-        "again; 0 turns the check off",
-    )
-    max_resource_handbacks: int = Field(
-        default=3,
-        ge=0,
-        description="How often a job is handed back, without spending an attempt, because its worker ran "
-        "out of disk or memory; past it the job fails (it needs more than the workers have)",
-    )
-    cancel_grace_s: float = Field(
-        default=10.0,
-        ge=0,
-        description="SIGTERM→SIGKILL grace for a job's child: on a worker's shutdown, the time it has to "
-        "save a checkpoint at its next step boundary before the job is handed back",
-    )
-    retry_backoff_s: float = Field(
-        default=30.0,
-        ge=0,
-        description="A job that failed for a reason outside itself is retried after this, doubled per "
-        "attempt (capped by GLUEJOBS_RETRY_BACKOFF_MAX_S)",
-    )
-    retry_backoff_max_s: float = Field(default=1800.0, ge=0, description="The longest wait between attempts")
-    device_lock_dir: Path = Field(
-        default=Path("/tmp/gluejobs-devices"),
-        description="Per-GPU lock files: two workers on one machine never hold the same GPU. Must be the "
-        "same folder for every worker of a machine (a machine-wide path, not per checkout)",
-    )
-    warm_start: bool = Field(
+    check_data_on_submit: bool = Field(
         default=True,
-        description="Fork single-process jobs from a template process with torch already imported "
-        "(about a second from claim to first step) instead of starting a fresh interpreter",
+        description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "
+        "off for an API that cannot see GLUEJOBS_DATA_DIR/GLUEJOBS_GLUE_DIR (the dry run still reads them)",
     )
-
-    api_keys: KeyList = Field(
-        default_factory=list,
-        description="Bootstrap bearer keys, or sha256:<64 hex digits> digests of them; `alice=<key>` names "
-        "the key's owner (else the owner is key-<first 12 hex digits of its digest>). More keys are "
-        "made, rotated and revoked over the API (POST /v1/keys) and kept as hashes in the database",
-    )
-    admin_keys: KeyList = Field(
-        default_factory=list,
-        description="Bootstrap admin keys (or digests, `name=` as above): they see every owner's jobs and "
-        "manage keys and quotas",
-    )
-    max_request_bytes: int = Field(default=1_048_576, gt=0, description="Larger request bodies get 413")
-
-    # --- what one client may hold of the API (service/edge/connections.py, service/edge/guard.py)
-    # -------------
-    max_connections: int = Field(
-        default=1000,
-        ge=1,
-        description="Open connections the API keeps at most; at the limit, a new connection closes the "
-        "one that has waited longest for a request head (a slow or idle client), else it gets 503",
-    )
-    header_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="A connection that has not sent a whole request head this long is closed",
-    )
-    body_timeout_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="A request whose body has not all arrived this long after it began gets 408",
-    )
-    keep_alive_s: float = Field(
-        default=5.0,
-        gt=0,
-        description="An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)",
-    )
-    max_header_bytes: int = Field(
-        default=16_384,
-        ge=1024,
-        description="The request line and headers together (h11's max_incomplete_event_size); more gets 400",
-    )
-    client_log_interval_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="Slow, idle and broken clients are logged as one summary line per interval, not a "
-        "line each",
-    )
-    allowed_hosts: KeyList = Field(
-        default_factory=list,
-        description="Host names (or `*.example.org`, or `*` for any) the API answers to besides its bound "
-        "address and loopback names; other Host headers get 400 (DNS rebinding)",
-    )
-    allowed_origins: KeyList = Field(
-        default_factory=list,
-        description="Origins (`https://app.example.org`) besides the API's own that may send state-changing "
-        "requests; a browser request from any other origin gets 403",
-    )
-    # --- a team's shared fleet (shared/scheduling/fair_share.py, shared/scheduling/quotas.py,
-    # service/edge/rate_limits.py) -------
-    fair_share: bool = Field(
-        default=True,
-        description="A claim prefers the owner holding the fewest devices (weighted by their share), then "
-        "priority, then age; off: priority, then age, for everyone",
-    )
-    max_user_priority: int = Field(
-        default=100,
+    hub_check_timeout_s: float = Field(
+        default=3.0,
         ge=0,
-        le=1000,
-        description="The highest priority a non-admin key may set; admins may set up to 1000, and a "
-        "priority above this one runs before fair share's order",
-    )
-    reservation_after_s: float = Field(
-        default=600.0,
-        ge=0,
-        description="A job needing more devices than a worker has free, queued this long, reserves that "
-        "worker: narrower jobs no longer take its devices until the wide job has started",
-    )
-    default_max_devices: int | None = Field(
-        default=None,
-        ge=1,
-        description="Devices one owner may hold at once (none: no limit); admins set "
-        "per-owner quotas over the API",
-    )
-    default_max_queued: int | None = Field(
-        default=1000, ge=1, description="Queued jobs one owner may have; a submission over it gets 429"
-    )
-    default_max_device_hours_per_day: float | None = Field(
-        default=None, gt=0, description="Device-hours one owner may use in any 24 hours (none: no limit)"
-    )
-    default_max_storage_bytes: int | None = Field(
-        default=None,
-        ge=0,
-        description="Bytes one owner may hold in the store (files, models, checkpoints, job outputs; none: "
-        "no limit): uploads past it get 429, and the owner's queued jobs wait until it is under it again",
-    )
-    checkpoint_retention_days: float | None = Field(
-        default=None,
-        gt=0,
-        description="A finished job's checkpoints are removed this many days after it finished, but "
-        "its final model and best checkpoint (none: kept until deleted)",
-    )
-    storage_sweep_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="How often each API process sizes new checkpoints and finished jobs' outputs for "
-        "the owners' storage tally, finishes deletions a crash cut short and applies the retention",
-    )
-    rate_submits_per_minute: int = Field(
-        default=120,
-        ge=0,
-        description="Writes (submissions, cancels, uploads …) one key may make per "
-        "minute, counted in the database for every API process; 0: no limit",
-    )
-    rate_reads_per_minute: int = Field(
-        default=6000, ge=0, description="Reads one key may make per minute, on every API process; 0: no limit"
-    )
-    max_streams_per_key: int = Field(
-        default=20,
-        ge=0,
-        description="Event streams one key may hold open across every API process; 0: no limit",
-    )
-    search_driver: bool = Field(
-        default=True,
-        description="Drive hyperparameter searches from this API process (a background thread; several "
-        "processes share the searches through a lease in the database)",
-    )
-    search_poll_s: float = Field(
-        default=2.0, gt=0, description="How often the search driver reads its searches' new evaluations"
-    )
-    search_lease_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="How long a search driver holds a search without renewing it before another API "
-        "process takes it over",
+        le=60,
+        description="At submission, a Hub model id that is not in the Hub cache (HF_HUB_CACHE) is looked up "
+        "on the Hub (HF_ENDPOINT) for at most this long; 0 or no network: the job is accepted with a "
+        "warning that its model could not be checked; HF_HUB_OFFLINE=1 (offline by configuration): "
+        "refused, naming the model",
     )
     max_dry_runs: int = Field(
         default=2,
@@ -360,56 +490,11 @@ class Settings(BaseSettings):
         "it: 422",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
-    @classmethod
-    def _parse_names(cls, value: object) -> object:
-        return _split_keys(value.lower() if isinstance(value, str) else value)
 
-    trackers: KeyList = Field(
-        default_factory=lambda: ["tensorboard"],
-        description="Experiment trackers the workers serve (installed and configured on every worker); "
-        "jobs asking for others are refused. Default: TensorBoard, which the worker extra installs",
-    )
+class WebhookSettings(_FromEnvironment):
+    """Read by the API alone: its webhooks' registration and delivery (shared/webhooks,
+    service/background/webhook_dispatcher.py)."""
 
-    @field_validator("trackers", mode="before")
-    @classmethod
-    def _parse_trackers(cls, value: object) -> object:
-        return _split_keys(value.lower() if isinstance(value, str) else value)
-
-    @field_validator("trackers")
-    @classmethod
-    def _confined_trackers(cls, value: list[str]) -> list[str]:
-        outside = [name for name in value if name not in CONFINED_TRACKERS]
-        if outside:
-            raise ValueError(
-                f"GLUEJOBS_TRACKERS: {outside[0]!r} would write outside the job's folder on the workers; "
-                f"gluejobs serves {', '.join(CONFINED_TRACKERS)}"
-            )
-        return value
-
-    peak_flops: float | None = Field(
-        default=None,
-        gt=0,
-        description="The peak FLOP/s of one job process's device, for the model FLOP utilisation that each "
-        "job's result reports; unset: a GPU's datasheet figure by name, a CPU's measured matmul rate",
-    )
-    check_data_on_submit: bool = Field(
-        default=True,
-        description="Read a job's data at submission and refuse (422) what would fail it on a worker; turn "
-        "off for an API that cannot see GLUEJOBS_DATA_DIR/GLUEJOBS_GLUE_DIR (the dry run still reads them)",
-    )
-    hub_check_timeout_s: float = Field(
-        default=3.0,
-        ge=0,
-        le=60,
-        description="At submission, a Hub model id that is not in the Hub cache (HF_HUB_CACHE) is looked up "
-        "on the Hub (HF_ENDPOINT) for at most this long; 0 or no network: the job is accepted with a "
-        "warning that its model could not be checked; HF_HUB_OFFLINE=1 (offline by configuration): "
-        "refused, naming the model",
-    )
-
-    # --- webhooks (shared/webhooks, service/background/webhook_dispatcher.py)
-    # ------------------------------------
     webhook_allowed_hosts: KeyList = Field(
         default_factory=list,
         description="Host names, addresses or networks (`hooks.internal`, `127.0.0.1`, `10.0.0.0/8`) that "
@@ -455,39 +540,38 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often the dispatcher looks for due deliveries"
     )
 
-    @field_validator("api_keys", "admin_keys", "webhook_allowed_hosts", mode="before")
+    @field_validator("webhook_allowed_hosts", mode="before")
     @classmethod
-    def _parse_keys(cls, value: object) -> object:
+    def _parse_hosts(cls, value: object) -> object:
         return _split_keys(value)
 
-    @field_validator("api_keys", "admin_keys")
-    @classmethod
-    def _valid_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        for position, entry in enumerate(value, start=1):
-            try:
-                configured_key_digest(entry)
-            except ValueError as exc:
-                # The entry by its position, never its text: it may be a secret.
-                raise ValueError(f"GLUEJOBS_{str(info.field_name).upper()} entry {position}: {exc}") from None
-        return value
+
+# Every group, in the order the configuration page shows them.
+SETTING_GROUPS: tuple[type[_FromEnvironment], ...] = (
+    CommonSettings,
+    SchedulingSettings,
+    WorkerSettings,
+    ApiSettings,
+    DataLimitSettings,
+    WebhookSettings,
+)
+
+
+class Settings(
+    WebhookSettings, DataLimitSettings, ApiSettings, WorkerSettings, SchedulingSettings, CommonSettings
+):
+    """Every setting: the one object the API and the workers build (pydantic collects the groups'
+    fields from the last base to the first, so `model_fields` lists them in SETTING_GROUPS' order)."""
 
     @model_validator(mode="after")
     def _heartbeat_below_lease(self) -> Settings:
+        # Here, where the two meet: the lease is everyone's, the heartbeat the workers'.
         if self.heartbeat_s >= self.lease_s:
             raise ValueError(
                 f"GLUEJOBS_HEARTBEAT_S ({self.heartbeat_s}) must be shorter than GLUEJOBS_LEASE_S "
                 f"({self.lease_s}), or every lease would expire between two heartbeats"
             )
         return self
-
-    @property
-    def auth_enabled(self) -> bool:
-        return bool(self.api_keys or self.admin_keys)
-
-    def job_dir(self, job_id: int) -> Path:
-        """A job's folder (model, checkpoints, logs, predictions): the one the worker writes and the
-        API serves, so both must see the same GLUEJOBS_ARTIFACTS_DIR."""
-        return (self.artifacts_dir / "jobs" / str(job_id)).resolve()
 
 
 def secret_digest(secret: str) -> str:
