@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, quote
 from shared.jobspec.job_sources import JobSource, is_job_source, parse_job_source
 from shared.jobspec.registered_models import RegisteredModel, parse_reference
+from shared.jobspec.settings_view import DataFolderSetting
 from shared.jobspec.uploaded_files import UploadedFile
 
 if TYPE_CHECKING:  # upload_tally reads with pandas, which the client's command line (it imports this) lacks
@@ -194,7 +194,7 @@ class DataScope:
 
 
 def data_scope(
-    settings: Settings,
+    settings: DataFolderSetting,
     *,
     owner: str | None,
     is_admin: bool,
@@ -224,7 +224,7 @@ def data_scope(
     )
 
 
-def stored_data_path(settings: Settings, value: str, *, field: str) -> Path:
+def stored_data_path(settings: DataFolderSetting, value: str, *, field: str) -> Path:
     """A stored spec's path as a worker resolves it: under GLUEJOBS_DATA_DIR and, when it lies in an
     owner's folder, inside that folder."""
     data_dir = Path(os.path.realpath(settings.data_dir))

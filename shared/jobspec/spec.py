@@ -29,7 +29,6 @@ from pydantic import (
     model_validator,
 )
 
-from shared.core.config import Settings
 from shared.core.errors import GluejobsError, InvalidSpec, field_error, field_errors, quote
 from shared.jobspec import validation_messages
 from shared.jobspec.column_mapping import MAX_COLUMN_NAME_CHARS, ColumnMapping
@@ -38,6 +37,7 @@ from shared.jobspec.job_sources import is_job_source
 from shared.jobspec.metric_rules import possible_metrics
 from shared.jobspec.model_names import MAX_MODEL_NAME_CHARS, NAME_MAX_BYTES, check_model_name, is_hub_id
 from shared.jobspec.registered_models import RegisteredModel, is_registered, parse_reference
+from shared.jobspec.settings_view import ModelsFolderSetting, TrackersSetting
 from shared.jobspec.suggest import did_you_mean
 from shared.jobspec.tasks import TASKS
 from shared.jobspec.uploaded_files import UploadedFile, is_file_id
@@ -395,10 +395,10 @@ class JobSpec(BaseModel):
     num_machines: int | None = Field(
         default=None,
         ge=1,
-        le=1,  # MAX_MACHINES once several are accepted; the schema must not call a refused value valid
+        le=MAX_MACHINES,
         description="Worker machines the job spans, each running num_processes processes (accelerate "
-        "launch --num_machines, torchrun --nnodes); null or 1: one machine. More than one is not yet "
-        "accepted",
+        "launch --num_machines, torchrun --nnodes); null or 1: one machine. The job starts once that many "
+        "workers are free (a gang), rank 0's worker alone writes its rows, checkpoints and model",
     )
 
     # --- the recipe, and Trainer's options under Trainer's names ---------------------------------
@@ -567,24 +567,10 @@ class JobSpec(BaseModel):
             return [name for name in names if name != "none"]
         return value
 
-    @field_validator("num_machines", mode="before")
-    @classmethod
-    def _one_machine_for_now(cls, value: Any) -> Any:
-        """1 is stored as null (off), so a build without the field runs the job; more is refused, by
-        name, until the workers claim, start and fail a job on several machines as one (issue 37)."""
-        count = value.strip() if isinstance(value, str) else value
-        if isinstance(count, str) and count.isdigit():
-            count = int(count)
-        if isinstance(count, int) and not isinstance(count, bool) and count > 1:
-            raise ValueError(
-                f"a job on {count} machines is not yet supported: a job runs on one worker machine "
-                "(num_processes processes there)"
-            )
-        return value  # what the type and bounds checks name
-
     @field_validator("num_machines")
     @classmethod
     def _one_machine_is_off(cls, value: int | None) -> int | None:
+        """1 is stored as null (off), so a build without the field runs a one-machine job."""
         return None if value == 1 else value
 
     @field_validator("trust_remote_code")
@@ -904,7 +890,7 @@ def _is_true(value: Any) -> bool:
 # ------------------------------------------------------------------------------------------------
 
 
-def check_trackers(spec: JobSpec, settings: Settings) -> JobSpec:
+def check_trackers(spec: JobSpec, settings: TrackersSetting) -> JobSpec:
     """Refuse trackers that this cluster's workers do not serve (GLUEJOBS_TRACKERS), and resolve
     "all" to those they do, so the stored spec names the trackers the run will report to.
 
@@ -974,7 +960,11 @@ def locate_model(name: str, models_dir: Path) -> Path | str:
 
 
 def check_paths(
-    spec: JobSpec, settings: Settings, *, scope: DataScope, problems: list[GluejobsError] | None = None
+    spec: JobSpec,
+    settings: ModelsFolderSetting,
+    *,
+    scope: DataScope,
+    problems: list[GluejobsError] | None = None,
 ) -> JobSpec:
     """Refuse data files outside the caller's data folder (`scope`, shared/jobspec/data_scope.py) and model
     folders that leave GLUEJOBS_MODELS_DIR; store both relative to their roots.
@@ -1013,7 +1003,7 @@ def check_paths(
     return spec.model_copy(update=updates)
 
 
-def _model_paths(spec: JobSpec, settings: Settings, *, scope: DataScope) -> dict[str, Any]:
+def _model_paths(spec: JobSpec, settings: ModelsFolderSetting, *, scope: DataScope) -> dict[str, Any]:
     if is_registered(spec.model_name_or_path):
         registered = scope.registered(
             spec.model_name_or_path, field="model_name_or_path", pinned=spec.registered_model
