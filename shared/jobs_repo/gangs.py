@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, func, select, update
@@ -198,19 +198,41 @@ def beat(session: Session, seat: Seat, *, now: datetime | None = None) -> bool:
         return bool(cast(CursorResult[Any], done).rowcount)
 
 
-def stale_members(session: Session, seat: Seat, *, lease_s: float, now: datetime | None = None) -> list[int]:
-    """The ranks of the seat's gang not heard from within a lease (rank 0 ends the attempt on any)."""
+def stale_members(
+    session: Session, seat: Seat, *, lease_s: float, now: datetime | None = None
+) -> list[tuple[int, str]]:
+    """The (rank, worker) of each member of the seat's gang not heard from within a lease (rank 0
+    ends the attempt on any), a member that left (`leave`) among them."""
     now = now or utcnow()
     with read(session):
-        return list(
-            session.scalars(
-                select(JobGangMember.rank)
-                .where(
-                    JobGangMember.gang_id == seat.gang_id,
-                    JobGangMember.heartbeat_at < now - timedelta(seconds=lease_s),
-                )
-                .order_by(JobGangMember.rank)
+        rows = session.execute(
+            select(JobGangMember.rank, JobGangMember.worker_id)
+            .where(
+                JobGangMember.gang_id == seat.gang_id,
+                JobGangMember.heartbeat_at < now - timedelta(seconds=lease_s),
             )
+            .order_by(JobGangMember.rank)
+        )
+        return [(rank, worker_id) for rank, worker_id in rows]
+
+
+# A departed member's heartbeat: older than any lease, so rank 0's next look names it at once.
+LEFT_AT = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def leave(session: Session, seat: Seat) -> None:
+    """A member that stops (its worker drained, its processes gone) says so at once rather than
+    falling silent for a lease: rank 0's next look ends the attempt."""
+    with write(session):
+        session.execute(
+            update(JobGangMember)
+            .where(
+                JobGangMember.gang_id == seat.gang_id,
+                JobGangMember.rank == seat.rank,
+                JobGangMember.worker_id == seat.worker_id,
+            )
+            .values(heartbeat_at=LEFT_AT)
+            .execution_options(synchronize_session=False)
         )
 
 

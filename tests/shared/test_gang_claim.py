@@ -2,20 +2,28 @@
 its rendezvous, free workers join it rank by rank until it is full (never two on one rank, never a
 worker twice, never past its size), a member's heartbeat says whether its seat still stands, a member
 silent for a lease is named to rank 0, and a gang not full in time goes back to the queue without
-spending an attempt, fencing its members."""
+spending an attempt, fencing its members. And how the scheduler treats gangs (reservations.gang_hold,
+wait_reasons): the workers a gang still needs hold for it, the others backfill, and a queued gang job
+says how many free workers it waits for."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy.orm import Session
+
 from shared import jobs_repo
-from shared.core.db import Database
+from shared.core.db import Database, read
 from shared.core.tables import JobGang, JobStatus, utcnow
-from shared.jobs_repo import gangs
+from shared.jobs_repo import gangs, reservations
+from shared.scheduling.fair_share import ClaimPolicy
+from shared.scheduling.machines import seats_by_worker
+from shared.scheduling.wait_reasons import waiting_for
 from tests.support import kit
 from tests.support.dbutil import claimed, count_rows
 
 LEASE_S = 60
+GANG_SPEC = {**kit.SPEC, "seed": 1, "num_processes": 2}
 
 
 def test_a_gang_fills_rank_by_rank_and_fences_its_members_once_released(db: Database) -> None:
@@ -45,7 +53,7 @@ def test_a_gang_fills_rank_by_rank_and_fences_its_members_once_released(db: Data
         assert all(gangs.beat(session, seat) for seat in (rank0, rank1, rank2))
         later = utcnow() + timedelta(seconds=LEASE_S + 1)
         assert gangs.beat(session, rank0, now=later) and gangs.beat(session, rank1, now=later)
-        assert gangs.stale_members(session, rank0, lease_s=LEASE_S, now=later) == [2]
+        assert gangs.stale_members(session, rank0, lease_s=LEASE_S, now=later) == [(2, "c")]
 
         # Released (here as if not full in time): no attempt spent, every seat fenced, rows gone.
         assert gangs.release_unfilled(session, seat=rank0, waited_s=30)
@@ -84,3 +92,87 @@ def test_a_gang_whose_rank0_is_gone_is_not_joined(db: Database) -> None:
         assert gangs.open_gang(session, claim=claim, size=2, address="127.0.0.2", port=29513) is not None
         gone = utcnow() + timedelta(seconds=LEASE_S + 1)
         assert gangs.join_gang(session, worker_id="b", max_processes=1, lease_s=LEASE_S, now=gone) is None
+
+
+HOLD = ClaimPolicy(reservation_after_s=0.0, lease_s=LEASE_S)  # reservations on, every job past the bound
+
+
+def _claim(session: Session, worker: str, *, free: int, policy: ClaimPolicy = HOLD) -> int | None:
+    job = jobs_repo.claim_next(
+        session, worker_id=worker, lease_s=LEASE_S, max_processes=free, capacity=2, policy=policy
+    )
+    return None if job is None else job.id
+
+
+def _holds(session: Session, worker: str, policy: ClaimPolicy) -> int | None:
+    with read(session):
+        return reservations.gang_hold(session, worker_id=worker, policy=policy, now=utcnow())
+
+
+def test_workers_hold_for_a_gang_still_filling_and_the_rest_backfill(db: Database) -> None:
+    """A gang of 3 machines × 2 devices opened by a: of b, c and e (2 devices each, one busy), the two
+    it still needs hold for it (most free first, then by id: b and c), claiming nothing smaller; e
+    backfills; a member's seat is busy; with reservations off nobody holds; a full gang holds nobody."""
+    with db.session() as session:
+        for name in ("a", "b", "c", "e"):
+            jobs_repo.register_worker(session, worker_id=name, host=name, pid=1, devices=["0", "1"])
+        gang_job = jobs_repo.create_job(session, spec={**GANG_SPEC, "num_machines": 3}).id
+        ones = [jobs_repo.create_job(session, spec={**kit.SPEC, "seed": 1}).id for _ in range(3)]
+        rank0 = claimed(session, gang_job, worker_id="a")
+        busy = {
+            worker: claimed(session, job, worker_id=worker) for worker, job in zip("bce", ones, strict=True)
+        }
+        seat0 = gangs.open_gang(session, claim=rank0, size=3, address="127.0.0.2", port=29514)
+        assert seat0 is not None
+        small = jobs_repo.create_job(session, spec={**kit.SPEC, "seed": 2}).id
+
+        assert _holds(session, "b", HOLD) == gang_job
+        assert _claim(session, "b", free=1) is None and _claim(session, "c", free=1) is None
+        assert _claim(session, "e", free=1) == small  # not needed by the gang: it backfills
+        # Reservations off (no bound to pass): the gang's workers are nobody's to hold.
+        assert _holds(session, "b", ClaimPolicy()) is None
+
+        # b's job ends: it joins, and its seat holds 2 of its devices; c is the one still held.
+        assert jobs_repo.finish_job(session, claim=busy["b"], status=JobStatus.succeeded)
+        seat1 = gangs.join_gang(session, worker_id="b", max_processes=2, lease_s=LEASE_S)
+        assert seat1 is not None and seat1.rank == 1
+        with read(session):
+            assert seats_by_worker(session) == {"b": 2}
+        assert _holds(session, "b", HOLD) is None
+        assert _holds(session, "c", HOLD) == gang_job
+        later = jobs_repo.create_job(session, spec={**kit.SPEC, "seed": 3}).id
+        assert _claim(session, "c", free=1) is None
+
+        # c's job ends and it joins: the gang is full, nobody holds, c may claim again.
+        assert jobs_repo.finish_job(session, claim=busy["c"], status=JobStatus.succeeded)
+        assert gangs.join_gang(session, worker_id="c", max_processes=2, lease_s=LEASE_S) is not None
+        assert gangs.gang_full(session, seat0)
+        assert _holds(session, "e", HOLD) is None
+        assert _claim(session, "e", free=1) == later
+
+
+def test_a_gang_job_waits_for_that_many_free_workers_and_says_so(db: Database) -> None:
+    policy = ClaimPolicy(lease_s=LEASE_S)
+    with db.session() as session:
+        jobs_repo.register_worker(session, worker_id="a", host="a", pid=1, devices=["0", "1"])
+        jobs_repo.register_worker(session, worker_id="b", host="b", pid=1, devices=["0", "1"])
+        jobs_repo.register_worker(session, worker_id="d", host="d", pid=1, devices=["0"])
+        job_id = jobs_repo.create_job(session, spec={**GANG_SPEC, "num_machines": 3}).id
+
+        def reason() -> str | None:
+            job = jobs_repo.get_job(session, job_id=job_id)
+            return waiting_for(session, [job], policy).get(job_id, {}).get("message")
+
+        assert reason() == "needs 3 workers with 2 devices each; only 2 running have that many"
+        jobs_repo.register_worker(session, worker_id="c", host="c", pid=1, devices=["0", "1"])
+        assert reason() is None  # three free: it starts on them
+        # c takes a one-device job, and d opens a gang that b joins: b's seat is busy too.
+        one = jobs_repo.create_job(session, spec={**kit.SPEC, "seed": 1, "num_processes": 1}, priority=5).id
+        claimed(session, one, worker_id="c")
+        other = jobs_repo.create_job(session, spec={**kit.SPEC, "seed": 2, "num_machines": 2}, priority=5).id
+        seat = gangs.open_gang(
+            session, claim=claimed(session, other, worker_id="d"), size=2, address="x", port=1
+        )
+        assert seat is not None
+        assert gangs.join_gang(session, worker_id="b", max_processes=2, lease_s=LEASE_S) is not None
+        assert reason() == "waiting for 3 free workers with 2 devices each (1 free now)"

@@ -63,7 +63,7 @@ def test_members_are_told_when_the_attempt_cannot_go_on(db: Database) -> None:
 
     # Rank 1 falls silent (no watch of its own): rank 0 is told within about a lease.
     watch0, lost0 = _watch(db, rank0)
-    assert lost0.wait(LEASE_S * 4) and watch0.lost is not None and "rank(s) 1 silent" in watch0.lost
+    assert lost0.wait(LEASE_S * 4) and watch0.lost is not None and "worker b (machine rank 1)" in watch0.lost
     watch0.stop()
 
     # Rank 0 closes the gang (the attempt ended): rank 1's watch says stop at its next beat.
