@@ -16,6 +16,7 @@ from shared.core.db import read, write
 from shared.core.errors import InvalidRequest, quote
 from shared.core.owners import RESERVED_PREFIX, ensure_owner, is_reserved_owner_name
 from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota
+from shared.scheduling.machines import job_devices
 from shared.scheduling.quotas import (
     QUOTA_FIELDS,
     QuotaDefaults,
@@ -49,7 +50,7 @@ def list_owners(session: Session, *, defaults: QuotaDefaults, owner: str | None 
             Job.owner,
             Job.status,
             func.count(),
-            func.coalesce(func.sum(Job.num_processes), 0),
+            func.coalesce(func.sum(job_devices), 0),  # a gang's devices on every machine
         ).where(Job.owner.is_not(None), Job.status.in_([JobStatus.queued, *ACTIVE_STATUSES]))
         if owner is not None:
             counts = counts.where(Job.owner == owner)

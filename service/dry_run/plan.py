@@ -9,6 +9,13 @@ on top of them the plan holds:
   (service/dry_run/tokenizer_child.py), and the padding that dynamic padding,
   group_by_length and pad_to_max_length would cost, simulated over one epoch's batches;
 - an estimate of the worker memory for the model, batch and precision.
+
+A job on several machines (num_machines, a gang: shared/jobs_repo/gangs.py) is planned whole: its
+processes are num_processes on each machine, and the loader shards the data over all of them, so the
+schedule's batches per process, eval batches and global batch (samples per optimizer step) count
+num_processes × num_machines; `machines` and `devices` say what it holds while it runs (N × D
+devices: what its owner's max_devices and device-hours count, shared/scheduling/machines.py).
+The memory estimate stays per process: each device holds one.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from shared.jobspec.schedule import spec_schedule
 from shared.jobspec.spec import JobSpec, job_kind
 from shared.jobspec.tasks import EVAL_SPLIT, TASKS
 from shared.model_folders.reading import api_model_folder, count, read_config, safetensors_shapes
+from shared.scheduling.machines import devices_words
 
 # numpy and pandas are imported where used: the API imports this module at start and plans only on a
 # dry run's request, so that its start does not pay for their import.
@@ -126,7 +134,7 @@ def training_schedule(spec: JobSpec, train_rows: int | None, eval_rows: dict[str
             "status": "unknown",
             "reason": "the training rows come from the Hub, which the API does not read",
         }
-    processes = spec.num_processes
+    processes = _processes(spec)
     batches = math.ceil(train_rows / spec.per_device_train_batch_size)
     # accelerate's sharded loader: each process gets every n-th batch, the last ones evened out.
     batches_per_process = math.ceil(batches / processes)
@@ -140,7 +148,7 @@ def training_schedule(spec: JobSpec, train_rows: int | None, eval_rows: dict[str
     return {
         "status": "known",
         "train_rows": train_rows,
-        "processes": processes,
+        **_placement(spec),
         "batches_per_epoch": batches,
         "batches_per_process_per_epoch": batches_per_process,
         "steps_per_epoch": steps_per_epoch,
@@ -163,12 +171,12 @@ def training_schedule(spec: JobSpec, train_rows: int | None, eval_rows: dict[str
 def evaluation_schedule(spec: JobSpec, eval_rows: dict[str, int], *, test_rows: int | None) -> dict[str, Any]:
     """A job that does not train (do_train false): no optimizer step, one evaluation of the model as
     loaded (at step 0) and/or its predictions, no checkpoint."""
-    processes = spec.num_processes
+    processes = _processes(spec)
     evaluations = [0] if spec.do_eval else []
     return {
         "status": "known",
         "kind": job_kind(spec),
-        "processes": processes,
+        **_placement(spec),
         "total_optimizer_steps": 0,
         "evaluations": len(evaluations),
         "evaluation_steps": evaluations,
@@ -180,6 +188,28 @@ def evaluation_schedule(spec: JobSpec, eval_rows: dict[str, int], *, test_rows: 
         if spec.do_eval
         else {},
         "predicted_rows": test_rows,
+    }
+
+
+def _processes(spec: JobSpec) -> int:
+    """Every process of the job, over all its machines: what the loader shards the batches over."""
+    return spec.num_processes * (spec.num_machines or 1)
+
+
+def _placement(spec: JobSpec) -> dict[str, Any]:
+    """Where the job's processes run: one machine's figures as before, and for a job on several
+    machines how many, the processes on each, and the devices it holds in all (device-hours count
+    them all: an hour of the run is `devices` device-hours)."""
+    machines = spec.num_machines or 1
+    if machines == 1:
+        return {"processes": spec.num_processes}
+    return {
+        "processes": _processes(spec),
+        "machines": machines,
+        "processes_per_machine": spec.num_processes,
+        "devices": _processes(spec),
+        "devices_note": f"holds {devices_words(spec.num_processes, machines)} while it runs: each hour "
+        f"of its run is {_processes(spec)} device-hours of its owner's",
     }
 
 

@@ -47,7 +47,7 @@ class OwnerPublic(BaseModel):
     name: str
     share: float = Field(description="Fair share's weight (default 1)")
     running_jobs: int
-    devices_in_use: int = Field(description="The sum of num_processes of its running jobs")
+    devices_in_use: int = Field(description="The sum of num_processes × num_machines of its running jobs")
     queued_jobs: int
     device_hours_24h: float = Field(description="Device-hours its jobs used in the last 24 hours")
     quota: OwnerQuota = Field(description="The effective limits, defaults applied")

@@ -28,6 +28,12 @@ What it leaves to the stepwise claim (the statement claims nothing and says so):
   order, quotas aside, is the stepwise claim's pick too: the statement claims it;
 - this worker's own reservation, and a wide job waiting to reserve a worker (reservations.py: rare,
   and bookkeeping with its own event);
+- a gang still filling (job_gangs with no full_at, where the schema has them) while reservations are on:
+  which workers hold for it (reservations.gang_hold) is Python's over the fleet; the stepwise claim
+  decides every claim until the gang is full or released, seconds at most (the gang's own bound).
+  A gang job in the queue is the statement's like any other: its first machine is an ordinary claim
+  (the fit is num_processes, per machine), and a running gang's devices count every machine in
+  `held` (num_processes × num_machines, shared/scheduling/machines.py), as the stepwise claim counts them;
 - configured default quotas (GLUEJOBS_DEFAULT_MAX_DEVICES, …_DEVICE_HOURS_PER_DAY,
   …_STORAGE_BYTES) limit every owner: every claim goes there without asking
   (`one_statement_applies`).
@@ -50,6 +56,7 @@ from shared.core.tables import ACTIVE_STATUSES, LIVE_WORKER_STATES, Base, Job, J
 from shared.jobs_repo.events import STATE
 from shared.jobs_repo.streams import NOTIFY_CHANNEL
 from shared.scheduling.fair_share import ClaimPolicy
+from shared.scheduling.machines import JOB_DEVICES_SQL
 
 
 class _Stepwise(Enum):
@@ -102,7 +109,9 @@ _BY_ORDER = "ORDER BY j.priority DESC, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
 
 
 @cache
-def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool) -> Executable:
+def _statement(
+    *, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide: bool, gangs: bool
+) -> Executable:
     """The statement for one combination of the claim's options, as an ORM select of (whether the
     stepwise claim must decide, the claimed Job): built once per process and combination."""
     base = "j.status = 'queued' AND (j.not_before IS NULL OR j.not_before <= :now)"
@@ -112,6 +121,8 @@ def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide
     stepwise = _picked_owner_limited()
     if reserving:
         stepwise.append("EXISTS (SELECT 1 FROM jobs WHERE reserved_by = :worker_id AND status = 'queued')")
+    if reserving and gangs:
+        stepwise.append("EXISTS (SELECT 1 FROM job_gangs g WHERE g.full_at IS NULL)")
     if wide:
         stepwise.append(
             f"EXISTS (SELECT 1 FROM jobs j WHERE {base} AND j.num_processes > :free"
@@ -122,7 +133,7 @@ def _statement(*, fair_share: bool, fit: bool, skip: bool, reserving: bool, wide
     if fair_share:
         pick = f"""
     held AS (
-        SELECT owner, sum(num_processes) AS devices FROM jobs
+        SELECT owner, sum({JOB_DEVICES_SQL.format(alias="jobs")}) AS devices FROM jobs
         WHERE status IN ({_ACTIVE}) AND owner IS NOT NULL GROUP BY owner
     ),
     levels AS (
@@ -193,10 +204,11 @@ def claim_in_one_statement(
     capacity: int | None,
     policy: ClaimPolicy,
     skip: Collection[int],
+    gangs: bool = False,
 ) -> Job | Literal[_Stepwise.STEPWISE] | None:
     """The claim of queue.claim_next as one statement (Postgres, autocommit): the claimed job, None
     when there is nothing to claim, or STEPWISE when the stepwise claim must decide (nothing was
-    written then)."""
+    written then). `gangs`: the schema has the gang tables (0017)."""
     now = utcnow()
     reserving = capacity is not None and max_processes is not None and policy.reservation_after_s is not None
     wide = reserving and capacity is not None and max_processes is not None and capacity > max_processes
@@ -206,6 +218,7 @@ def claim_in_one_statement(
         skip=bool(skip),
         reserving=reserving,
         wide=wide,
+        gangs=gangs,
     )
     params: dict[str, Any] = {
         "now": now,

@@ -19,11 +19,13 @@ from shared.jobs_repo.claims import Claim, current_job, held_by
 from shared.jobs_repo.events import STATE, transition
 from shared.jobs_repo.reservations import (
     drop_reservation,
+    gang_hold,
     my_reservation,
     reserve_wide_job,
     wide_job_conditions,
 )
 from shared.scheduling.fair_share import ClaimPolicy, first_claimable, plan_claim
+from shared.scheduling.machines import has_gang_tables
 from shared.scheduling.quotas import has_storage_tables, within_device_quota
 
 
@@ -57,10 +59,11 @@ def claim_next(
     On Postgres the common claim is one statement (claim_statement.py: pick, claim, event and
     NOTIFY in one round trip, autocommit); where it says it cannot decide alone (the picked job's
     owner has a quota of its own, a default quota is configured, this worker holds a reservation, a
-    wide job waits to reserve one), and on SQLite, the claim is `_claim_stepwise`, the
-    multi-statement claim below. Both pick the same job (tests/shared/test_claim_statement.py compares
-    them over random queues): a new condition on what a claim may take (a gang job's, a new quota)
-    goes into both, or the statement hands the jobs it concerns to the stepwise claim.
+    wide job waits to reserve one, a gang fills: its holders are the stepwise claim's to find), and
+    on SQLite, the claim is `_claim_stepwise`, the multi-statement claim below. Both pick the same
+    job (tests/shared/test_claim_statement.py compares them over random queues, gang jobs among
+    them): a new condition on what a claim may take (a new quota) goes into both, or the statement
+    hands the jobs it concerns to the stepwise claim.
     """
     policy = policy or ClaimPolicy()
     # A database still at the previous schema (a fleet mid-upgrade) lacks the storage tables the
@@ -78,6 +81,7 @@ def claim_next(
             capacity=capacity,
             policy=policy,
             skip=skip,
+            gangs=has_gang_tables(session),
         )
         if job is not STEPWISE:
             return job
@@ -109,7 +113,8 @@ def _claim_stepwise(
     quotas. With max_processes (the worker's free devices or CPU slots), only a job whose
     num_processes fits is claimed. With capacity (all the worker's devices) and a policy with
     reservations, a wide job that has waited long enough reserves this worker (reservations.py):
-    it then claims nothing else until that job fits.
+    it then claims nothing else until that job fits; and a worker that holds for a gang still
+    filling (reservations.gang_hold) claims nothing: it joins that gang once it can.
 
     Idle polling is a plain SELECT first: with nothing to claim, no write transaction is opened (on
     SQLite a write transaction would serialise against the API's writes). Then one short write
@@ -136,6 +141,8 @@ def _claim_stepwise(
             or session.scalars(select(Job.id).where(*claimable, *_fit(widest)).limit(1)).first() is None
         ):
             return None
+        if reserving and gang_hold(session, worker_id=worker_id, policy=policy, now=now) is not None:
+            return None  # this worker keeps its devices for a gang's job, and joins it (gangs.join_gang)
         if reserving and capacity is not None and max_processes is not None:
             reserved = my_reservation(session, worker_id=worker_id)
             wide = wide_job_conditions(

@@ -1,9 +1,10 @@
 """The claim's order: fair share between owners, priorities, quotas.
 
 Among the jobs a worker can run, a claim prefers the owner who holds the fewest devices (the sum of
-num_processes of their running jobs) divided by their share (Owner.share, default 1), then the job's
-priority, then its age. A priority above GLUEJOBS_MAX_USER_PRIORITY (only admins may set one) goes
-before fair share. With GLUEJOBS_FAIR_SHARE off the order is priority, then age, for everyone.
+num_processes × num_machines of their running jobs: a gang counts every machine) divided by their
+share (Owner.share, default 1), then the job's priority, then its age. A priority above
+GLUEJOBS_MAX_USER_PRIORITY (only admins may set one) goes before fair share. With GLUEJOBS_FAIR_SHARE
+off the order is priority, then age, for everyone.
 Quotas hold in both modes: an owner whose running jobs would exceed max_devices with a job, or who
 has used max_device_hours_per_day, is skipped (the rule and its SQL: shared/scheduling/quotas.py).
 

@@ -3,12 +3,14 @@ in the store.
 
 An owner's row (shared/core/tables.Owner) holds its own limits; a None column means the configured
 default (GLUEJOBS_DEFAULT_MAX_…), which may itself be no limit. The claim skips an owner's jobs that
-would exceed the devices or device-hours quota; a submission, sweep or rerun that would exceed the
-queued quota is refused with 429 (`check_queued`, inside the creating transaction). Jobs without an
-owner (auth off) have no quota: there is no one to share with. The storage quota (max_storage_bytes)
-refuses uploads past it with 429 (`check_storage`) and holds an owner's queued jobs while it is at or
-over it (`storage_full`: the claim skips them, `quota_hold` says why), so a job never starts only to
-fail for want of room; a running job may still take its owner past it.
+would exceed the devices or device-hours quota, a job's devices counted over every machine it
+spans (num_processes × num_machines: shared/scheduling/machines.py); a submission, sweep or rerun
+that would exceed the queued quota is refused with 429 (`check_queued`, inside the creating
+transaction). Jobs without an owner (auth off) have no quota: there is no one to share with. The
+storage quota (max_storage_bytes) refuses uploads past it with 429 (`check_storage`) and holds an
+owner's queued jobs while it is at or over it (`storage_full`: the claim skips them, `quota_hold`
+says why), so a job never starts only to fail for want of room; a running job may still take its
+owner past it.
 
 This module is the one home of the rule. The claim's SQL (`claim_filters`, `within_device_quota`)
 and the reason the API shows for a held job (`quota_hold`) compare through the same two functions,
@@ -23,13 +25,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, inspect, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from shared.core.config import Settings
 from shared.core.errors import OverQuota
 from shared.core.owners import ensure_owner
 from shared.core.tables import ACTIVE_STATUSES, Job, JobStatus, Owner, OwnerStorageQuota, utcnow
+from shared.scheduling.machines import devices_words, job_devices
+from shared.scheduling.optional_tables import has_table
 from shared.scheduling.storage_usage import human_bytes, own_storage_limits, storage_by_owner
 
 QUOTA_FIELDS = ("max_devices", "max_queued", "max_device_hours_per_day", "max_storage_bytes")
@@ -80,7 +84,7 @@ def effective_quota(owner: Owner | None, defaults: QuotaDefaults, *, own_storage
 
 def device_room(quota: Quota, held: int) -> int | None:
     """How many devices the owner's next job may take: max_devices less what it holds (None: no
-    limit). A job fits when its num_processes is at most this."""
+    limit). A job fits when its devices over all its machines (machines.job_devices) are at most this."""
     cap = quota.limits["max_devices"]
     return None if cap is None else cap - held
 
@@ -98,10 +102,18 @@ def storage_full(quota: Quota, stored: int) -> bool:
 
 
 def quota_hold(
-    owner: str, quota: Quota, *, held: int, used_hours: float, processes: int, stored: int = 0
+    owner: str,
+    quota: Quota,
+    *,
+    held: int,
+    used_hours: float,
+    processes: int,
+    stored: int = 0,
+    machines: int = 1,
 ) -> str | None:
-    """Why the claim skips a job of `owner` needing `processes` devices, in words; None when the
-    quotas let it start. The same comparisons as `claim_filters` and `within_device_quota`."""
+    """Why the claim skips a job of `owner` needing `processes` devices on each of `machines`, in
+    words; None when the quotas let it start. The same comparisons as `claim_filters` and
+    `within_device_quota`."""
     if storage_full(quota, stored):
         return (
             f"{owner} holds {human_bytes(stored)} in the store, its max_storage_bytes is "
@@ -109,8 +121,10 @@ def quota_hold(
             "(DELETE /v1/jobs/{id}/checkpoints), files or models, or ask an admin to raise the quota"
         )
     room = device_room(quota, held)
-    if room is not None and processes > room:
-        return f"{owner} holds {held} of {quota.limits['max_devices']} devices (max_devices)"
+    if room is not None and processes * machines > room:
+        words = f"{owner} holds {held} of {quota.limits['max_devices']} devices (max_devices)"
+        # A gang's N × D may pass the quota on its own: the message says what the job needs.
+        return words + (f"; this job needs {devices_words(processes, machines)}" if machines > 1 else "")
     if hours_spent(quota, used_hours):
         return (
             f"{owner} used {used_hours:.1f} of {quota.limits['max_device_hours_per_day']:g} device-hours "
@@ -145,11 +159,11 @@ def claim_filters(
     for owner in known:
         room = device_room(effective_quota(rows.get(owner), defaults), held.get(owner, 0))
         if room is not None:
-            conditions.append(or_(Job.owner.is_(None), Job.owner != owner, Job.num_processes <= room))
+            conditions.append(or_(Job.owner.is_(None), Job.owner != owner, job_devices <= room))
     default_room = device_room(effective_quota(None, defaults), 0)
     if default_room is not None:  # owners holding nothing, without a limit of their own
         unknown = and_(Job.owner.is_not(None), Job.owner.not_in(known)) if known else Job.owner.is_not(None)
-        conditions.append(or_(~unknown, Job.num_processes <= default_room))
+        conditions.append(or_(~unknown, job_devices <= default_room))
     over = owners_over_hours(session, defaults, now=now, rows=list(rows.values()))
     if over:
         conditions.append(or_(Job.owner.is_(None), Job.owner.not_in(over)))
@@ -170,7 +184,7 @@ def within_device_quota(session: Session, defaults: QuotaDefaults, job_id: int) 
     write lock serialises claims already). The caller then claims nothing this round."""
     if session.get_bind().dialect.name != "postgresql":
         return True
-    owner, processes = session.execute(select(Job.owner, Job.num_processes).where(Job.id == job_id)).one()
+    owner, devices = session.execute(select(Job.owner, job_devices).where(Job.id == job_id)).one()
     if owner is None:
         return True
     row = session.scalars(select(Owner).where(Owner.name == owner)).first()
@@ -181,13 +195,13 @@ def within_device_quota(session: Session, defaults: QuotaDefaults, job_id: int) 
         ensure_owner(session.connection(), owner)
     session.execute(select(Owner.name).where(Owner.name == owner).with_for_update())
     room = device_room(quota, devices_held(session, [owner]).get(owner, 0))
-    return room is not None and processes <= room
+    return room is not None and devices <= room
 
 
 def devices_held(session: Session, owners: Collection[str] | None = None) -> dict[str, int]:
-    """Devices each owner's running jobs hold (the sum of their num_processes)."""
+    """Devices each owner's running jobs hold (the sum of their num_processes × machines)."""
     query = (
-        select(Job.owner, func.sum(Job.num_processes))
+        select(Job.owner, func.sum(job_devices))
         .where(Job.status.in_(ACTIVE_STATUSES), Job.owner.is_not(None))
         .group_by(Job.owner)
     )
@@ -199,12 +213,12 @@ def devices_held(session: Session, owners: Collection[str] | None = None) -> dic
 def device_hours_24h(
     session: Session, owners: Collection[str] | None = None, *, now: datetime | None = None
 ) -> dict[str, float]:
-    """Device-hours each owner used in the last 24 hours: num_processes × the part of each job's
-    run (started_at to finished_at, or now while it runs) inside the window. Computed here rather
+    """Device-hours each owner used in the last 24 hours: num_processes × machines × the part of
+    each job's run (started_at to finished_at, or now while it runs) inside the window. Computed here rather
     than in SQL because interval arithmetic differs between SQLite and Postgres."""
     now = now or utcnow()
     since = now - DAY
-    query = select(Job.owner, Job.num_processes, Job.started_at, Job.finished_at).where(
+    query = select(Job.owner, job_devices, Job.started_at, Job.finished_at).where(
         Job.owner.is_not(None),
         Job.started_at.is_not(None),
         or_(Job.finished_at.is_(None), Job.finished_at > since),
@@ -213,12 +227,12 @@ def device_hours_24h(
     if owners is not None:
         query = query.where(Job.owner.in_(list(owners)))
     used: dict[str, float] = {}
-    for owner, processes, started, finished in session.execute(query):
+    for owner, devices, started, finished in session.execute(query):
         if started is None or owner is None:
             continue
         start, end = max(started, since), min(finished or now, now)
         if end > start:
-            used[owner] = used.get(owner, 0.0) + processes * (end - start).total_seconds() / 3600
+            used[owner] = used.get(owner, 0.0) + devices * (end - start).total_seconds() / 3600
     return used
 
 
@@ -248,26 +262,10 @@ def owners_over_hours(
     )
 
 
-_storage_schema: dict[str, float] = {}  # database URL → when its storage tables were last missing
-STORAGE_SCHEMA_RECHECK_S = 30.0
-
-
 def has_storage_tables(session: Session) -> bool:
     """Whether the database has 0015's tables: a worker of this build on the previous schema (a
-    fleet mid-upgrade) claims without the storage quota until it is migrated. Known once found; a
-    miss is asked again after STORAGE_SCHEMA_RECHECK_S."""
-    url = str(session.get_bind().engine.url)
-    missed = _storage_schema.get(url)
-    if missed == float("inf"):
-        return True
-    now = time.monotonic()
-    if missed is not None and now - missed < STORAGE_SCHEMA_RECHECK_S:
-        return False
-    # The one-statement claim asks before its session begins (autocommit, no autobegin): the engine.
-    where = session.connection() if session.in_transaction() else session.get_bind()
-    found = inspect(where).has_table(OwnerStorageQuota.__tablename__)
-    _storage_schema[url] = float("inf") if found else now
-    return found
+    fleet mid-upgrade) claims without the storage quota until it is migrated."""
+    return has_table(session, OwnerStorageQuota.__tablename__)
 
 
 def storage_limited(

@@ -7,7 +7,9 @@ None unless the job is queued and held back; else a reason and a sentence:
   is under it again (checkpoints, files or models removed, or the quota raised);
 - reservation: it has reserved a worker and waits for that worker's devices to free up, or it
   would fit only on a worker that another job has reserved;
-- devices: it needs more devices than any worker has (or has free), or no worker is running;
+- devices: it needs more devices than any worker has (or has free), or no worker is running; a job
+  on N machines (a gang) needs N workers with its devices each, free at once ("waiting for 2 free
+  workers with 4 devices each (1 free now)"), and says so when fewer than N live workers have them;
 - build: its spec uses a field that no running worker's build supports (each would hand it back
   untouched: shared/jobspec/capability.py), so it waits for a worker of a build that does.
 A job merely behind others in the queue waits for nothing in particular: None.
@@ -38,6 +40,7 @@ from shared.core.tables import (
 )
 from shared.jobspec.capability import is_off
 from shared.scheduling.fair_share import ClaimPolicy
+from shared.scheduling.machines import machines_of, seats_by_worker
 from shared.scheduling.quotas import (
     device_hours_24h,
     devices_held,
@@ -112,6 +115,10 @@ def _fleet(session: Session, owners: set[str], policy: ClaimPolicy, now: datetim
                 )
             ).all()
         )
+        # A gang member other than rank 0 holds the job's devices on its own worker (the job's row
+        # names rank 0's worker): its seat is busy too.
+        for worker_id, devices in seats_by_worker(session, ids).items():
+            busy[worker_id] = int(busy.get(worker_id) or 0) + devices
         rows = owner_rows(session, owners)
         limited = policy.quotas.max_device_hours_per_day is not None or any(
             row.max_device_hours_per_day is not None for row in rows.values()
@@ -174,6 +181,9 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
         )
     if max(fleet.total.values()) < need:
         return "devices", f"needs {_devices(need)}; no worker has that many"
+    machines = machines_of(job.spec)
+    if machines > 1:
+        return _gang_reason(need, machines, fleet)
     open_free = [free for worker, free in fleet.free.items() if worker not in fleet.reserved]
     if max(open_free, default=0) >= need:
         return None
@@ -186,6 +196,20 @@ def _reason(job: Job, fleet: Fleet, policy: ClaimPolicy, now: datetime) -> tuple
     if need > 1:
         return "devices", f"needs {_devices(need)}; no worker has that many free"
     return None
+
+
+def _gang_reason(need: int, machines: int, fleet: Fleet) -> tuple[str, str] | None:
+    """A job on `machines` workers of `need` devices each starts when that many are free at once (its
+    first machine claims it and the others join: shared/jobs_repo/gangs.py); until then, what it
+    waits for. Workers another job reserved do not count as free for it."""
+    each = f"{_devices(need)} each"
+    able = sum(1 for total in fleet.total.values() if total >= need)
+    if able < machines:
+        return "devices", f"needs {machines} workers with {each}; only {able} running have that many"
+    free = sum(1 for worker, room in fleet.free.items() if room >= need and worker not in fleet.reserved)
+    if free >= machines:
+        return None
+    return "devices", f"waiting for {machines} free workers with {each} ({free} free now)"
 
 
 def _unsupported(job: Job, fleet: Fleet) -> list[str]:
@@ -217,6 +241,7 @@ def _quota_reason(job: Job, fleet: Fleet, policy: ClaimPolicy) -> tuple[str, str
         used_hours=fleet.hours.get(job.owner, 0.0),
         processes=job.num_processes,
         stored=stored,
+        machines=machines_of(job.spec),
     )
     if message is None:
         return None

@@ -1,7 +1,9 @@
 """The claim in one statement (shared/jobs_repo/claim_statement.py, Postgres) picks what the stepwise
 claim (queue._claim_stepwise, today's reference) picks, over random queues: owners with shares and
 quotas, priorities (the admins' override among them), device asks, running jobs, retry backoffs,
-reservations, jobs a build refused. SQLite takes the stepwise claim itself: the same comparison runs
+reservations, jobs a build refused, gang jobs (several machines: their devices count every machine,
+queued and running) and gangs still filling (which the statement hands to the stepwise claim, whose
+workers may hold for them). SQLite takes the stepwise claim itself: the same comparison runs
 there too, as a check of the harness."""
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from shared.core.tables import (
     File,
     Job,
     JobEvent,
+    JobGang,
+    JobGangMember,
     JobStatus,
     Owner,
     OwnerStorageQuota,
@@ -45,6 +49,7 @@ class Case:
     policy: ClaimPolicy
     fit: dict[str, int]
     skip: list[int] = field(default_factory=list)
+    gangs: list[dict[str, Any]] = field(default_factory=list)  # gangs still filling, rank 0 "other"
 
 
 def _case(rng: random.Random) -> Case:
@@ -71,9 +76,10 @@ def _case(rng: random.Random) -> Case:
             else rng.choice([JobStatus.queued] * 5 + [JobStatus.succeeded])
         )
         created = now - timedelta(seconds=rng.choice([5, 30, 600, 3600]))
+        machines = rng.choice([None] * 3 + [2, 3])  # a gang job now and then: N × D devices
         job: dict[str, Any] = {
             "id": index,
-            "spec": kit.SPEC,
+            "spec": {**kit.SPEC, "num_machines": machines} if machines else kit.SPEC,
             "priority": rng.choice([0, 0, 1, 2, 5, 1001]),
             "metadata": {},
             "owner": rng.choice([*names, None]),
@@ -108,14 +114,19 @@ def _case(rng: random.Random) -> Case:
         quotas=QuotaDefaults(max_devices=4 if rng.random() < 0.05 else None),
     )
     skip = [job["id"] for job in jobs if rng.random() < 0.05]
-    return Case(owners, storage, jobs, policy, fit, skip)
+    gangs = []
+    for job in jobs:  # a running gang job whose gang is still filling, opened by the live worker "other"
+        if job["status"] == JobStatus.running and job["spec"] is not kit.SPEC and rng.random() < 0.2:
+            job["worker_id"] = "other"
+            gangs.append({"job_id": job["id"], "attempt": 1, "token": f"t{job['id']}", "size": 3})
+    return Case(owners, storage, jobs, policy, fit, skip, gangs)
 
 
 def _build(db: Database, case: Case) -> None:
     """The case's queue, from scratch (ids as given: both claims see the same rows)."""
     now = utcnow()
     with db.engine.begin() as connection:
-        for table in (JobEvent, Job, Owner, Worker, OwnerStorageQuota, File):
+        for table in (JobGangMember, JobGang, JobEvent, Job, Owner, Worker, OwnerStorageQuota, File):
             connection.execute(delete(table))
         if case.owners:
             connection.execute(insert(Owner), case.owners)
@@ -140,6 +151,17 @@ def _build(db: Database, case: Case) -> None:
                 ],
             )
         connection.execute(insert(Job.__table__), case.jobs)
+        for gang in case.gangs:
+            gang_id = connection.execute(
+                insert(JobGang)
+                .values(**gang, address="127.0.0.2", port=1, opened_at=now)
+                .returning(JobGang.id)
+            ).scalar_one()
+            connection.execute(
+                insert(JobGangMember).values(
+                    gang_id=gang_id, rank=0, worker_id="other", joined_at=now, heartbeat_at=now
+                )
+            )
         workers = (("me", now), ("other", now), ("gone", now - timedelta(hours=1)))
         connection.execute(
             insert(Worker),
@@ -148,7 +170,10 @@ def _build(db: Database, case: Case) -> None:
                     "id": worker,
                     "host": "h",
                     "pid": 1,
-                    "devices": ["0"],
+                    # "me" has the devices its claims say it has in all (a gang's holders need them).
+                    "devices": [str(d) for d in range(case.fit.get("capacity", 1))]
+                    if worker == "me"
+                    else ["0"],
                     "state": WorkerState.busy,
                     "started_at": now,
                     "last_heartbeat_at": seen,

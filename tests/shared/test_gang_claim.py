@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy.orm import Session
 
 from shared import jobs_repo
@@ -18,6 +19,7 @@ from shared.core.tables import JobGang, JobStatus, utcnow
 from shared.jobs_repo import gangs, reservations
 from shared.scheduling.fair_share import ClaimPolicy
 from shared.scheduling.machines import seats_by_worker
+from shared.scheduling.quotas import QuotaDefaults, device_hours_24h, devices_held
 from shared.scheduling.wait_reasons import waiting_for
 from tests.support import kit
 from tests.support.dbutil import claimed, count_rows
@@ -176,3 +178,28 @@ def test_a_gang_job_waits_for_that_many_free_workers_and_says_so(db: Database) -
         assert seat is not None
         assert gangs.join_gang(session, worker_id="b", max_processes=2, lease_s=LEASE_S) is not None
         assert reason() == "waiting for 3 free workers with 2 devices each (1 free now)"
+
+
+def test_quotas_and_device_hours_count_every_machine_of_a_gang(db: Database) -> None:
+    """A job of 2 machines × 2 processes holds 4 devices: an owner's max_devices of 3 keeps it queued
+    (the reason names both figures), one of 4 lets it start, and while it runs the owner holds 4
+    devices and spends 4 device-hours an hour."""
+    policy = ClaimPolicy(lease_s=LEASE_S, quotas=QuotaDefaults(max_devices=3))
+    with db.session() as session:
+        jobs_repo.register_worker(session, worker_id="a", host="a", pid=1, devices=["0", "1"])
+        job_id = jobs_repo.create_job(session, spec={**GANG_SPEC, "num_machines": 2}, owner="ada").id
+        job = jobs_repo.get_job(session, job_id=job_id)
+        reason = waiting_for(session, [job], policy)[job_id]["message"]
+        assert "ada holds 0 of 3 devices (max_devices); this job needs 4 devices (2 machines × 2)" in reason
+        assert (
+            jobs_repo.claim_next(session, worker_id="a", lease_s=LEASE_S, max_processes=2, policy=policy)
+            is None
+        )
+
+        roomy = ClaimPolicy(lease_s=LEASE_S, quotas=QuotaDefaults(max_devices=4))
+        started = jobs_repo.claim_next(session, worker_id="a", lease_s=LEASE_S, max_processes=2, policy=roomy)
+        assert started is not None and started.id == job_id
+        with read(session):
+            assert devices_held(session, ["ada"]) == {"ada": 4}
+            hour_later = utcnow() + timedelta(hours=1)
+            assert device_hours_24h(session, ["ada"], now=hour_later)["ada"] == pytest.approx(4.0, rel=1e-3)
