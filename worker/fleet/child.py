@@ -152,7 +152,8 @@ def run_attempt(
             # The checkpoint by its name, as the job's checkpoints list it: its folder is this machine's
             # (an evaluation job stops with none).
             saved = stopped.checkpoint.name if stopped.checkpoint is not None else None
-            reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": saved})
+            if rank == 0:  # one event for the attempt, whatever the number of processes or machines
+                reporter.log(str(stopped), data={"step": stopped.step, "checkpoint": saved})
             reporter.close()
             logger.info("%s", stopped)
             return PREEMPTED_EXIT
@@ -204,6 +205,8 @@ def _resume_point(
     process also removes the folders nobody declared and forgets declared checkpoints whose folder
     is gone; the other ranks only read (they resume from the same one)."""
     declared = _until_reachable(lambda: _declared_steps(db, claim.job_id), settings)
+    if rank != 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        _fetch_for_this_machine(storage, declared)
     found = storage.reconcile(declared, remove=rank == 0)
     if rank == 0 and found.removed:
         reporter.log(
@@ -214,6 +217,17 @@ def _resume_point(
     if rank == 0 and found.forgotten:
         reporter.checkpoints_deleted(found.forgotten)
     return found.resume_from
+
+
+def _fetch_for_this_machine(storage: JobStorage, declared: list[int]) -> None:
+    """Another machine of a gang (issue 37) shares no disk with rank 0's: its first process fetches
+    the checkpoint to resume from into this machine's folder, as rank 0's does on its own (the other
+    processes here wait for that copy in `reconcile`). Only reads: what is stored is rank 0's."""
+    if not storage.mirrored:
+        return  # one folder for every machine (a shared disk): rank 0's copy is this one
+    resumable = sorted(set(declared) & set(storage.stored_steps()))
+    if resumable:
+        storage.local_checkpoint(resumable[-1])
 
 
 def _tidy_checkpoints(db: Database, claim: Claim, storage: JobStorage) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from sqlalchemy import make_url
+
 from shared.core.config import Settings
 from shared.core.tables import Job
 from worker.fleet.devices import cpu_threads, cuda_visible_devices
@@ -179,6 +181,45 @@ def reserve_port(address: str, ports: range | None = None) -> socket.socket:
             continue
         return sock
     raise OSError(f"no free port on {address} in {ports}")
+
+
+def gang_ports(settings: Settings) -> range | None:
+    """GLUEJOBS_GANG_PORTS ("29500-29599") as a range, or None (any free port)."""
+    if settings.gang_ports is None:
+        return None
+    first, last = (int(part) for part in settings.gang_ports.split("-"))
+    if not 0 < first <= last <= 65535:
+        raise ValueError(
+            f"GLUEJOBS_GANG_PORTS {settings.gang_ports!r}: needs FIRST-LAST, 1 <= FIRST <= LAST <= 65535"
+        )
+    return range(first, last + 1)
+
+
+def advertised_address(settings: Settings) -> str:
+    """The address this worker gives the other machines of its gang (GLUEJOBS_GANG_ADDRESS): by
+    default the one its own traffic to the database's host leaves from, which the other workers,
+    who reach the same database, can most likely reach too; 127.0.0.1 for SQLite (one machine)."""
+    if settings.gang_address:
+        return settings.gang_address
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" or not url.host or url.host.startswith("/"):
+        return "127.0.0.1"
+    # A UDP "connect" sends nothing: it only asks the kernel which local address routes there.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((url.host, url.port or 5432))
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+        return str(probe.getsockname()[0])
+
+
+def is_gang(job: Job) -> bool:
+    """Whether the job spans several machines (a spec's num_machines; 1 is stored as null)."""
+    return job_machines(job) > 1
+
+
+def job_machines(job: Job) -> int:
+    return max(1, int(job.spec.get("num_machines") or 1))
 
 
 def job_processes(job: Job) -> int:

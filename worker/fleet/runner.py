@@ -40,20 +40,25 @@ from shared.core.config import Settings
 from shared.core.db import Database, read
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import Job, WorkerState
+from shared.jobs_repo.gangs import Seat
 from shared.jobspec.capability import known_fields, read_spec
 from shared.scheduling.fair_share import ClaimPolicy
 from worker.fleet.devices import DevicePool, cpu_slots
+from worker.fleet.gang_member import GangMember, join_and_read
 from worker.fleet.health import DatabaseWatch
 from worker.fleet.launch import (
     ChildProcess,
+    MachineRank,
     SubprocessChild,
     child_args,
     child_command,
     child_environment,
+    gang_command,
     job_child_environment,
 )
 from worker.fleet.supervisor import JobOutcome, JobSupervisor, Stop
 from worker.fleet.warm import WarmStarter
+from worker.training.checkpoints import ATTEMPT_ENV
 from worker.training.disk_space import DiskState, disk_state
 
 __all__ = ["JobOutcome", "Stop", "Worker", "child_environment"]
@@ -94,8 +99,8 @@ class Worker:
         self._stopping = threading.Event()
         self._wake = threading.Event()  # set when a job finishes or the worker is told to stop
         self._lock = threading.Lock()
-        self._running: dict[int, JobSupervisor] = {}
-        self._finished: list[JobSupervisor] = []
+        self._running: dict[int, JobSupervisor | GangMember] = {}
+        self._finished: list[JobSupervisor | GangMember] = []
         self._started = 0
         self._registered = False
         self._loop_failing = False  # whether the loop's last database access failed (for its log)
@@ -299,6 +304,8 @@ class Worker:
         self._recover_expired_leases()
         if self.disk is not None and self.disk.low:
             return False  # no room for a job's files (the loop logged it)
+        if self._join_gang():
+            return True  # a gang waiting for machines comes before a claim of its own
         free = self.pool.free
         started = time.perf_counter()
         with self.database.session() as session:
@@ -332,11 +339,41 @@ class Worker:
             launch=self.launch,
             stopping=self._stopping,
             on_done=self._job_done,
+            launch_gang=self.launch_gang,
         )
         with self._lock:
             self._running[job.id] = supervisor
             self._started += 1
         supervisor.start()
+        return True
+
+    def _join_gang(self) -> bool:
+        """Take a seat in an open gang (a job of several machines whose rank 0 waits for machines)
+        that fits the free devices, and start this machine's part of it; False if there is none."""
+        joined = join_and_read(
+            self.database, worker_id=self.worker_id, free=self.pool.free, lease_s=self.settings.lease_s
+        )
+        if joined is None:
+            return False
+        seat, job = joined
+        logger.info(
+            "joined the gang of job %s (attempt %d) as machine rank %d of %d",
+            job.id, seat.attempt, seat.rank, seat.size,
+        )  # fmt: skip
+        member = GangMember(
+            job,
+            seat,
+            self.pool.take(job.num_processes),
+            settings=self.settings,
+            db=self.database,
+            launch=self.launch_gang,
+            stopping=self._stopping,
+            on_done=self._job_done,
+        )
+        with self._lock:
+            self._running[job.id] = member
+            self._started += 1
+        member.start()
         return True
 
     def _refuse_if_unable(self, job: Job) -> bool:
@@ -409,7 +446,19 @@ class Worker:
             return self.warm.launch(child_args(job, worker_id=self.worker_id), env, log_path)
         return SubprocessChild(child_command(job, worker_id=self.worker_id), env, log_path)
 
-    def _job_done(self, supervisor: JobSupervisor) -> None:
+    def launch_gang(self, job: Job, devices: list[str], log_path: Path, seat: Seat) -> ChildProcess:
+        """Start this machine's part of a job of several machines: `accelerate launch` with its
+        machine rank and rank 0's rendezvous, carrying rank 0's claim (the job's worker). Never warm:
+        the launcher starts fresh interpreters anyway."""
+        env = job_child_environment(self.settings, job, devices, self.pool.devices)
+        env[ATTEMPT_ENV] = str(seat.attempt)
+        machine = MachineRank(rank=seat.rank, machines=seat.size, address=seat.address, port=seat.port)
+        claim_worker = self.worker_id if seat.rank == 0 else str(job.worker_id)
+        return SubprocessChild(
+            gang_command(job, claim_worker_id=claim_worker, machine=machine), env, log_path
+        )
+
+    def _job_done(self, supervisor: JobSupervisor | GangMember) -> None:
         """Called on the supervisor's thread when its job has ended and been recorded."""
         with self._lock:
             self._running.pop(supervisor.job.id, None)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -40,11 +41,21 @@ from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.db_retries import Backoff, is_transient
 from shared.core.tables import ErrorCode, Job, JobStatus
+from shared.jobs_repo import gangs
+from shared.jobs_repo.gangs import Seat
 from shared.jobspec.capability import runnable_spec
 from shared.jobspec.spec import JobSpec
 from worker.fleet.db_reporter import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
+from worker.fleet.gang_watch import GangWatch, wait_until_full
 from worker.fleet.health import DatabaseWatch
-from worker.fleet.launch import ChildProcess, terminate
+from worker.fleet.launch import (
+    ChildProcess,
+    advertised_address,
+    gang_ports,
+    job_machines,
+    reserve_port,
+    terminate,
+)
 from worker.fleet.liveness import ORPHANED_EXIT
 from worker.fleet.outcome import (
     PREEMPTED_EXIT,
@@ -75,6 +86,10 @@ class Stop(StrEnum):
     shutdown = "shutdown"
     timeout = "timeout"
     resource = "resource"  # it died for want of the worker's disk or memory: handed back
+    # Jobs of several machines (issue 37):
+    gang_lost = "gang_lost"  # rank 0: another machine of the gang stopped or fell silent
+    unfilled = "unfilled"  # rank 0: the gang was not full in time; the job went back to the queue
+    member = "member"  # a member's part ended; rank 0 records the job's outcome
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,8 @@ class JobOutcome:
 
 # Starts a job's child: (job, its devices, its attempt log) → the running child.
 Launcher = Callable[[Job, list[str], Path], ChildProcess]
+# Starts one machine's part of a job of several machines: the same, and the machine's seat.
+GangLauncher = Callable[[Job, list[str], Path, Seat], ChildProcess]
 
 
 class JobSupervisor:
@@ -105,6 +122,7 @@ class JobSupervisor:
         launch: Launcher,
         stopping: threading.Event,
         on_done: Callable[[JobSupervisor], None],
+        launch_gang: GangLauncher | None = None,
     ) -> None:
         self.job = job
         self.devices = devices
@@ -125,6 +143,12 @@ class JobSupervisor:
         self._log_copied_at = 0.0
         self._log_copied_size = -1
         self._oom_kills_before: int | None = None
+        # A job of several machines: this worker is its rank 0 (worker/fleet/gang_member.py: the others).
+        self._machines = job_machines(job)
+        self._launch_gang = launch_gang
+        self._seat: Seat | None = None
+        self._reserved: socket.socket | None = None  # the rendezvous port, held until the launch
+        self._gang_watch: GangWatch | None = None
 
     def start(self) -> None:
         self.thread.start()
@@ -144,11 +168,18 @@ class JobSupervisor:
             logger.info(
                 "job %s: attempt %d on %s, log %s", job.id, job.attempts, ",".join(self.devices), log_path
             )
-            child = self._launch_beating(log_path)
-            stopped = self._supervise(child, log_path)
-            returncode = child.wait(None)
-            assert returncode is not None
-            outcome = self._outcome(output_dir, log_path, returncode, stopped)
+            unformed = self._form_gang() if self._machines > 1 else None
+            if unformed is not None:
+                outcome = unformed
+            else:
+                child = self._launch_beating(log_path)
+                self._watch_gang()
+                stopped = self._supervise(child, log_path)
+                returncode = child.wait(None)
+                assert returncode is not None
+                if returncode != 0 and stopped is None and self._gang_watch is not None:
+                    stopped = self._await_member_loss()
+                outcome = self._outcome(output_dir, log_path, returncode, stopped)
         except _LeaseLost:
             outcome = JobOutcome(job.id, None, stopped=Stop.lease_lost)
         except Exception as exc:  # the worker survives any one job's failure
@@ -164,6 +195,7 @@ class JobSupervisor:
             # once; else it is waited for after the outcome is recorded (which must not wait).
             copied = log_path is not None and self._copy_log(log_path, final=True)
             self._record(outcome)
+            self._end_gang()
             if log_path is not None:
                 self._keep_files(log_path, copied=copied)
             self.outcome = outcome
@@ -228,6 +260,13 @@ class JobSupervisor:
         beater = threading.Thread(target=beat, name=f"job-{self.job.id}-start", daemon=True)
         beater.start()
         try:
+            if self._seat is not None:
+                assert self._launch_gang is not None, "a job of several machines needs a gang launcher"
+                if self._reserved is not None:
+                    # Let go of the rendezvous port only now: rank 0's launcher binds it at once.
+                    self._reserved.close()
+                    self._reserved = None
+                return self._launch_gang(self.job, self.devices, log_path, self._seat)
             return self._launch(self.job, self.devices, log_path)
         finally:
             done.set()
@@ -244,6 +283,8 @@ class JobSupervisor:
                 self._preempt(child)
                 return Stop.shutdown
             stop = self._heartbeat()
+            if stop is None and self._gang_watch is not None and self._gang_watch.member_lost:
+                stop = Stop.gang_lost
             self._copy_log(log_path)
             if (
                 stop is None
@@ -307,6 +348,95 @@ class JobSupervisor:
             return Stop.lease_lost
         return Stop.cancelled if status == JobStatus.cancelling else None
 
+    # --- a job of several machines: this worker is rank 0 --------------------------------------------
+
+    def _form_gang(self) -> JobOutcome | None:
+        """Reserve the rendezvous, open the gang and wait for the other machines to join, renewing
+        the job's lease meanwhile. None once the gang is full; else the outcome: released unfilled
+        (back in the queue, no attempt spent), cancelled, handed back on shutdown, or the lease lost."""
+        settings, job = self.settings, self.job
+        address = advertised_address(settings)
+        self._reserved = reserve_port(address, gang_ports(settings))
+        port = int(self._reserved.getsockname()[1])
+        with self.db.session() as session:
+            seat = gangs.open_gang(session, claim=self.claim, size=self._machines, address=address, port=port)
+        if seat is None:
+            raise _LeaseLost
+        self._seat = seat
+        logger.info(
+            "job %s: opened a gang of %d machines (rendezvous %s:%d); waiting up to %.0fs for it to fill",
+            job.id, self._machines, address, port, settings.gang_fill_s,
+        )  # fmt: skip
+        why: list[Stop] = []
+        beaten = time.monotonic()
+
+        def waiting() -> str | None:
+            nonlocal beaten
+            if self._stopping.is_set():
+                why.append(Stop.shutdown)
+            elif time.monotonic() - beaten >= settings.heartbeat_s:
+                beaten = time.monotonic()
+                stop = self._heartbeat()
+                if stop is not None:
+                    why.append(stop)
+            return why[-1] if why else None
+
+        if wait_until_full(self.db, seat, bound_s=settings.gang_fill_s, waiting=waiting):
+            return None
+        self._seat = None  # closed or released by the wait
+        if not why:
+            logger.info(
+                "job %s: its gang was not full within %.0fs: back in the queue", job.id, settings.gang_fill_s
+            )
+            return JobOutcome(job.id, None, stopped=Stop.unfilled)
+        if why[-1] == Stop.cancelled:
+            return JobOutcome(job.id, JobStatus.cancelled)
+        return JobOutcome(job.id, None, stopped=why[-1])
+
+    def _watch_gang(self) -> None:
+        if self._seat is None:
+            return
+        self._gang_watch = GangWatch(
+            self.db,
+            self._seat,
+            lease_s=self.settings.lease_s,
+            interval_s=self.settings.heartbeat_s,
+            on_lost=lambda _reason: None,  # the supervising loop asks at every heartbeat
+        )
+        self._gang_watch.start()
+
+    def _await_member_loss(self) -> Stop | None:
+        """Rank 0's processes failed: when another machine died (its worker killed, its processes
+        gone), they fail first, with a connection error. Whether a member was lost decides whether
+        the attempt is the gang's loss (retried) or the job's own failure: wait for the watch to
+        tell, up to a lease (a dead worker's seat goes stale within one), renewing the lease."""
+        watch = self._gang_watch
+        assert watch is not None
+        deadline = time.monotonic() + self.settings.lease_s + self.settings.heartbeat_s
+        while watch.lost is None and time.monotonic() < deadline:
+            stop = self._heartbeat()
+            if stop is not None:
+                return stop
+            self._stopping.wait(min(self.settings.heartbeat_s, 1.0))
+        return Stop.gang_lost if watch.member_lost else None
+
+    def _end_gang(self) -> None:
+        """After the outcome is recorded: the gang goes, so every member's next heartbeat says stop,
+        and nothing of it is left listening."""
+        if self._gang_watch is not None:
+            self._gang_watch.stop()
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
+        if self._seat is None:
+            return
+        try:
+            with self.db.session() as session:
+                gangs.close_gang(session, self._seat)
+        except Exception as exc:  # its members stop anyway once the attempt is no longer running
+            logger.warning("job %s: could not close its gang: %s", self.job.id, exc)
+        self._seat = None
+
     # --- the outcome --------------------------------------------------------------------------------
 
     def _outcome(self, output_dir: Path, log_path: Path, returncode: int, stopped: Stop | None) -> JobOutcome:
@@ -314,6 +444,15 @@ class JobSupervisor:
         if returncode == 0:  # it finished (even while being stopped): that counts
             clear_errors(output_dir)  # the room reserved for error files no rank used
             return JobOutcome(job_id, JobStatus.succeeded)
+        if stopped == Stop.gang_lost:
+            lost = self._gang_watch.lost if self._gang_watch is not None else None
+            return JobOutcome(
+                job_id,
+                JobStatus.failed,
+                lost or "a machine of the gang was lost",
+                stopped=stopped,
+                error_code=ErrorCode.worker_lost,  # retried: the next attempt is a new gang
+            )
         if stopped == Stop.cancelled:
             return JobOutcome(job_id, JobStatus.cancelled)
         if stopped == Stop.timeout:

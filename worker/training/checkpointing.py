@@ -5,6 +5,7 @@ files and the tokenizer), as Trainer's are. The folders themselves: worker/train
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,12 @@ class RunCheckpoints:
         if accelerator.is_main_process:
             # Uploaded beside the next steps, declared once it is in the store (checkpoint_uploads.py).
             self.uploads.submit(SavedCheckpoint(step, progress.epoch, final, metrics, is_best))
+        else:
+            # On another machine of a gang (issue 37) this machine's processes wrote their parts (RNG
+            # states) into a staging folder of their own that nothing publishes: it goes. Rank 0's
+            # checkpoint is the one that counts; a resume on a new gang seeds these processes afresh
+            # (Accelerate skips a missing RNG state). With one disk the folder was published: no-op.
+            shutil.rmtree(staging, ignore_errors=True)
         accelerator.wait_for_everyone()
 
     def _declare(self, saved: SavedCheckpoint) -> None:
@@ -117,7 +124,7 @@ class RunCheckpoints:
         """Load the best checkpoint's weights (a resumed attempt's may be in the store only)."""
         step = self._progress.best_step
         assert step is not None
-        if self._accelerator.is_main_process:
+        if self._accelerator.is_local_main_process:  # each machine of a gang fetches its own copy
             self._storage.local_checkpoint(step)
         self._accelerator.wait_for_everyone()
         self._accelerator.load_state(str(self.path(step)))
