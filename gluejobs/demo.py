@@ -16,9 +16,9 @@ import signal
 import subprocess
 from pathlib import Path
 
+from gluejobs.cli.watch import watch_job
 from gluejobs.client import ApiError, Client
 from gluejobs.stack import StackError, ready, stack_environment, start_api, start_worker, wait_ready
-from gluejobs.watch import watch_job
 from shared.core.config import DEFAULT_VAR_DIR, Settings, get_settings
 
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"

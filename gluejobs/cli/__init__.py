@@ -21,8 +21,8 @@ import click
 
 from gluejobs.cli import checkpoints, files, jobs, keys, models, owners, searches, server, sweeps, webhooks
 from gluejobs.cli.base import CliError, Group, usage_line
+from gluejobs.cli.output import closed_pipe, print_error
 from gluejobs.client import ApiError
-from gluejobs.output import closed_pipe, print_error
 
 SERVER_COMMANDS = ("serve", "worker", "migrate")
 

@@ -4,7 +4,7 @@ Why click (rather than typer, or argparse as before): click is the mature base t
 wraps; it reads no type hints and brings no further dependency into the client's light wheel; and it
 lets `gluejobs submit` take a script's command line as pasted: with `ignore_unknown_options` and an
 UNPROCESSED `nargs=-1` argument, every word it does not know is kept, in order, for
-gluejobs.script_args to translate, while the command's own options (--dry-run, --url …) are still
+gluejobs.cli.script_args to translate, while the command's own options (--dry-run, --url …) are still
 recognised anywhere on the line.
 
 - `Command` and `Group` refuse what they do not know in one line and in the words the command used
@@ -26,8 +26,8 @@ from typing import Any
 
 import click
 
+from gluejobs.cli.output import print_json
 from gluejobs.client import DEFAULT_URL, Client, RetryPolicy
-from gluejobs.output import print_json
 from shared.jobspec.suggest import did_you_mean
 
 # A person at a terminal would rather hear at once that nobody is listening, but an API that answers
@@ -272,9 +272,9 @@ def job_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def script_flags() -> Iterator[None]:
-    """A script's flag that gluejobs.script_args refuses, as the command's one error line. Imported
+    """A script's flag that gluejobs.cli.script_args refuses, as the command's one error line. Imported
     here, by the commands that translate flags, so that no other command loads the spec (pydantic)."""
-    from gluejobs.script_args import ScriptArgsError
+    from gluejobs.cli.script_args import ScriptArgsError
 
     try:
         yield

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from gluejobs.cli.base import ClientCommand, Group, Invocation
-from gluejobs.output import human_bytes
+from gluejobs.cli.output import human_bytes
 
 JOB_ID = click.argument("job_id", type=int, metavar="JOB")
 

@@ -16,8 +16,8 @@ import click
 
 from gluejobs._files import COLUMN_FIELDS, PURPOSE_OF_FIELD, LocalFile, is_local_file
 from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
+from gluejobs.cli.output import print_warnings
 from gluejobs.client import Client, FileInfo
-from gluejobs.output import print_warnings
 
 
 @click.group("files", cls=Group)

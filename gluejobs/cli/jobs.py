@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gluejobs import job_view
+from gluejobs.cli import job_view
 from gluejobs.cli.base import (
     Choice,
     ClientCommand,
@@ -26,9 +26,9 @@ from gluejobs.cli.base import (
     script_flags,
 )
 from gluejobs.cli.files import upload_local_files
+from gluejobs.cli.output import print_warnings, table, when
+from gluejobs.cli.watch import watch_job
 from gluejobs.client import ApiError, Client, Job
-from gluejobs.output import print_warnings, table, when
-from gluejobs.watch import watch_job
 
 STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
 JOB_ID = click.argument("job_id", type=int, metavar="JOB")
@@ -39,7 +39,7 @@ WATCH = click.option(
 
 # Why ignore_unknown_options and an UNPROCESSED nargs=-1 argument: the scripts' flags are not
 # click's. Every word submit does not know (a launcher, a script, its flags, in their order) is kept
-# for gluejobs.script_args, the one parser of those; submit's own options are taken wherever they are.
+# for gluejobs.cli.script_args, the one parser of those; submit's own options are taken wherever they are.
 @click.command(
     "submit",
     cls=ClientCommand,
@@ -89,7 +89,7 @@ def submit(
     becomes a field of the job spec. A file on this machine that the spec names (--train_file
     ./mine.csv) is uploaded first, unless the API holds those bytes already."""
     # The flag translation reads the job spec's fields (pydantic): loaded only by this command.
-    from gluejobs.script_args import submission_spec
+    from gluejobs.cli.script_args import submission_spec
 
     with script_flags():
         spec = submission_spec(

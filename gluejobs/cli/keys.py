@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 
 from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
+from gluejobs.cli.output import table, when
 from gluejobs.client import ApiKeyInfo, AuditEntry
-from gluejobs.output import table, when
 
 ROLES = ("user", "admin", "read-only")
 SHOWN_ONCE = "this secret is shown once and will not be shown again: keep it now"

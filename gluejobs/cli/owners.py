@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from gluejobs.cli.base import ClientCommand, Group, Invocation
+from gluejobs.cli.output import human_bytes
 from gluejobs.client import OwnerInfo
-from gluejobs.output import human_bytes
 
 
 class NumberOrDefault(click.ParamType):

@@ -24,9 +24,9 @@ from gluejobs.cli.base import (
     note,
     script_flags,
 )
+from gluejobs.cli.output import table, when
 from gluejobs.cli.sweeps import parse_seeds
 from gluejobs.client import Search
-from gluejobs.output import table, when
 
 SEARCH_ID = click.argument("search_id", type=int, metavar="ID")
 SPACE_FORMS = "FIELD=float:LOW:HIGH[:log], FIELD=int:LOW:HIGH[:log] or FIELD=choice:A,B"
@@ -40,7 +40,7 @@ def search() -> None:
     trials whose evaluations fall behind (the pruner)."""
 
 
-# The script's flags pass through to gluejobs.script_args, as for `gluejobs submit` (see there).
+# The script's flags pass through to gluejobs.cli.script_args, as for `gluejobs submit` (see there).
 @search.command(
     "create", cls=ClientCommand, json="the search", context_settings={"ignore_unknown_options": True}
 )
@@ -73,7 +73,7 @@ def create(
 
     run_glue_no_trainer.py's flags give the spec, as for `gluejobs submit`; --space the fields to
     search."""
-    from gluejobs.script_args import script_flags_to_spec
+    from gluejobs.cli.script_args import script_flags_to_spec
 
     notes: list[str] = []
     with script_flags():

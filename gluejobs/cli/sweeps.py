@@ -26,8 +26,8 @@ from gluejobs.cli.base import (
     script_flags,
 )
 from gluejobs.cli.files import upload_local_files
+from gluejobs.cli.output import aligned, print_warnings, table, when
 from gluejobs.client import Sweep
-from gluejobs.output import aligned, print_warnings, table, when
 
 SWEEP_ID = click.argument("sweep_id", type=int, metavar="ID")
 
@@ -40,7 +40,7 @@ def sweep() -> None:
     ls`, `sweep show ID`, `sweep cancel ID`."""
 
 
-# The script's flags pass through to gluejobs.script_args, as for `gluejobs submit` (see there).
+# The script's flags pass through to gluejobs.cli.script_args, as for `gluejobs submit` (see there).
 @sweep.command(
     "create",
     cls=ClientCommand,
@@ -68,7 +68,7 @@ def create(
 
     run_glue_no_trainer.py's flags give the spec, as for `gluejobs submit`; one job is queued per
     combination of --grid values and --seeds."""
-    from gluejobs.script_args import script_flags_to_spec
+    from gluejobs.cli.script_args import script_flags_to_spec
 
     notes: list[str] = []
     with script_flags():

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import click
 
 from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
+from gluejobs.cli.output import table, when
 from gluejobs.client import Client, Webhook, WebhookDelivery
-from gluejobs.output import table, when
 
 EVENT_TYPES = (
     "job.succeeded",

@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from gluejobs.cli import main
-from gluejobs.script_args import ScriptArgsError, script_flags_to_spec
+from gluejobs.cli.script_args import ScriptArgsError, script_flags_to_spec
 from shared.jobspec.spec import JobSpec
 
 # A command line from the transformers README, with `gluejobs submit` in place of the script.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gluejobs.cli import main
-from gluejobs.output import table
+from gluejobs.cli.output import table
 from shared.core.db import Database
 from tests.support.dbutil import finish_as_a_worker
 from tests.support.e2e import REPO

@@ -11,7 +11,7 @@ import click
 import pytest
 
 from gluejobs.cli import gluejobs, main
-from gluejobs.output import when
+from gluejobs.cli.output import when
 
 # Their flags, --help included, are service/'s and worker/'s own parsers'.
 FORWARDING = {("serve",), ("worker",)}

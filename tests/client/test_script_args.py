@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gluejobs.cli import main
-from gluejobs.script_args import ScriptArgsError, command_to_spec, shell_script_to_spec
+from gluejobs.cli.script_args import ScriptArgsError, command_to_spec, shell_script_to_spec
 from shared.jobspec.spec import JobSpec
 from tests.support.lora_scripts import DEBERTA_V2_XXLARGE_MNLI, ROBERTA_BASE_MNLI
 

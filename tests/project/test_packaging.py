@@ -151,7 +151,11 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     assert {"gluejobs/_shared/jobspec/spec.py", "gluejobs/_shared/jobspec/suggest.py"} <= names
     assert "gluejobs/_shared/jobspec/__init__.py" in names
     with zipfile.ZipFile(wheels["gluejobs"]) as archive:
-        for name in ("gluejobs/cli/base.py", "gluejobs/script_args.py", "gluejobs/_shared/jobspec/spec.py"):
+        for name in (
+            "gluejobs/cli/base.py",
+            "gluejobs/cli/script_args.py",
+            "gluejobs/_shared/jobspec/spec.py",
+        ):
             code = archive.read(name).decode()
             assert "from gluejobs._shared" in code and not re.search(r"^(from|import) shared\b", code, re.M)
     assert required(None) == {"httpx", "rich", "pydantic", "pydantic-settings", "pyyaml", "click"}

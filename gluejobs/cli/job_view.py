@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gluejobs.cli.output import aligned, text, when
 from gluejobs.client import Checkpoint, Job
-from gluejobs.output import aligned, text, when
 from shared.jobspec.spec import job_kind
 
 LS_COLUMNS = ("id", "status", "kind", "task", "model", "metric", "progress", "duration", "created")
