@@ -34,8 +34,8 @@ from gluejobs import Client
 from gluejobs.demo import demo_model_folder, install_demo_files, register_demo_model
 from gluejobs.stack import local_stack, stack_environment, start_worker, stop
 from shared.core.db import Database
-from shared.core.storage import job_key, open_store
-from shared.jobspec.job_sources import MANIFEST_NAME
+from shared.core.storage import open_store
+from shared.wire.job_folder import MANIFEST_NAME, job_key
 from tests.support.dbutil import finish_as_a_worker
 from tests.support.s3_endpoint import S3Endpoint
 from worker.training.model_manifest import write_model_manifest

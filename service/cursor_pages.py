@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
-from service.schemas.jobs import EventPublic, MetricPublic, Page
+from service.schemas.common import Page
+from service.schemas.job_progress import EventPublic, MetricPublic
 from shared import jobs_repo
 from shared.core.db import Database
 from shared.core.errors import NotFound

@@ -22,7 +22,8 @@ from starlette.routing import Match
 
 from service.edge.outage import DATABASE_UNAVAILABLE, RETRY_AFTER_S, UNAVAILABLE_MESSAGE, DatabaseOutage
 from service.error_log import describe_failure
-from service.schemas.jobs import JobCreate, SweepCreate
+from service.schemas.jobs import JobCreate
+from service.schemas.sweeps import SweepCreate
 from shared.core.db_retries import is_transient
 from shared.core.errors import MAX_PROBLEMS, GluejobsError, InvalidSpec, Problem, shorten
 from shared.jobspec import validation_messages

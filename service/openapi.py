@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from service.edge.guard import PROTECTED_PREFIX
 from service.edge.origins import SAFE_METHODS
-from service.schemas.jobs import ErrorResponse
+from service.schemas.common import ErrorResponse
 
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 _RETRY_AFTER = {"description": "Seconds to wait before trying again", "schema": {"type": "integer"}}

@@ -43,7 +43,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.schemas.jobs import CheckpointPublic, EventPublic, MetricPublic
+from service.schemas.job_progress import CheckpointPublic, EventPublic, MetricPublic
 from shared import jobs_repo
 from shared.core.db import Database
 from shared.core.db_retries import Backoff, is_transient

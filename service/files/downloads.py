@@ -11,7 +11,8 @@ from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 
 from service.files.job_folders import JobFolder, job_folder
 from shared.core.config import Settings
-from shared.core.storage import Store, job_key
+from shared.core.storage import Store
+from shared.wire.job_folder import job_key
 
 CHUNK_BYTES = 1 << 20
 

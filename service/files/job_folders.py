@@ -13,7 +13,6 @@ Listing, tar streams and logs are written once, over either.
 from __future__ import annotations
 
 import os
-import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -26,13 +25,17 @@ from shared.core.errors import InvalidRequest, NotFound, quote
 from shared.core.storage import Store, StoredFile
 from shared.jobspec.model_names import NAME_MAX_BYTES
 
-LOGS = "logs"
-CHECKPOINTS = "checkpoints"
-STATE_FILE = "gluejobs_state.json"  # written last into a checkpoint (worker/training/checkpoints.py)
-PARTIAL_SUFFIX = (
-    ".partial"  # a checkpoint being written (worker/training/checkpoints.py): not an artifact yet
+# The folder's layout is the worker's and the client's too (shared/wire/job_folder.py): a checkpoint
+# is complete once its STATE_FILE is in, and a folder ending in PARTIAL_SUFFIX is still being written.
+from shared.wire.job_folder import (
+    CHECKPOINTS,
+    LOG_DIR,
+    MERGED_DIR,
+    PARTIAL_SUFFIX,
+    STATE_FILE,
+    attempt_of_log,
 )
-_LOG_NAME = re.compile(r"^attempt-(\d+)\.log$")
+
 CHUNK_BYTES = 1 << 20
 MAX_LISTED_FILES = 20_000
 # The live stream sends a log in pieces of at most this size, cut at line ends: a newline, or the
@@ -113,13 +116,13 @@ def _check_name(relative: str) -> None:
 
 def kind_of(relative: PurePosixPath) -> str:
     top = relative.parts[0]
-    if top == LOGS:
+    if top == LOG_DIR:
         return "log"
     if top == CHECKPOINTS:
         return "checkpoint"
     if len(relative.parts) == 1 and relative.suffix == ".tsv":
         return "predictions"  # predict_results.tsv and the GLUE submission file <Task>.tsv
-    if len(relative.parts) == 1 or top == "merged":
+    if len(relative.parts) == 1 or top == MERGED_DIR:
         return "model"  # the final model (or LoRA adapter) and tokenizer; merged/ for LoRA
     return "other"
 
@@ -197,14 +200,14 @@ class LocalFolder:
         return confined(self.root, relative).stat().st_size
 
     def logs(self) -> dict[int, str]:
-        folder = self.root / LOGS
+        folder = self.root / LOG_DIR
         if not folder.is_dir():
             return {}
         found = {}
         for path in folder.iterdir():
-            match = _LOG_NAME.match(path.name)
-            if match and path.resolve().is_relative_to(self.root):
-                found[int(match.group(1))] = f"{LOGS}/{path.name}"
+            attempt = attempt_of_log(path.name)
+            if attempt is not None and path.resolve().is_relative_to(self.root):
+                found[attempt] = f"{LOG_DIR}/{path.name}"
         return dict(sorted(found.items()))
 
 
@@ -274,11 +277,11 @@ class StoredFolder:
     def logs(self) -> dict[int, str]:
         # Listed afresh each time: a live stream asks again and again while the job runs.
         found = {}
-        for f in self.store.list(f"{self.prefix}/{LOGS}"):
-            parts = (LOGS, *PurePosixPath(f.path).parts)
-            match = _LOG_NAME.match(parts[-1]) if len(parts) == 2 else None
-            if match:
-                found[int(match.group(1))] = f"{LOGS}/{f.path}"
+        for f in self.store.list(f"{self.prefix}/{LOG_DIR}"):
+            parts = (LOG_DIR, *PurePosixPath(f.path).parts)
+            attempt = attempt_of_log(parts[-1]) if len(parts) == 2 else None
+            if attempt is not None:
+                found[attempt] = f"{LOG_DIR}/{f.path}"
         return dict(sorted(found.items()))
 
 

@@ -19,7 +19,8 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response, Streami
 from service.deps import JobDep, JobId, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.downloads import folder_of, stored_download
 from service.files.job_folders import LocalFolder, Member, kind_of, read_log, tar_stream
-from service.schemas.jobs import ArtifactList, ArtifactPublic, ErrorResponse
+from service.schemas.artifacts import ArtifactList, ArtifactPublic
+from service.schemas.common import ErrorResponse
 from service.schemas.storage import CheckpointsRemoved
 from service.user_views import log_for_user
 from shared.core.config import Settings

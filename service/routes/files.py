@@ -23,8 +23,8 @@ from service.files.stored_files import remove_unheld
 from service.files.upload_checks import PURPOSES, UploadReport, task_of, upload_warnings
 from service.files.upload_values import refuse_unstorable_report
 from service.files.uploads import FILE_FIELD, Received, receive_upload
+from service.schemas.common import ErrorResponse, Page
 from service.schemas.files import FileCheck, FileDeleted, FilePublic
-from service.schemas.jobs import ErrorResponse, Page
 from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.errors import InvalidRequest

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from service.deps import get_database
 from service.edge.outage import RETRY_AFTER_S
-from service.schemas.jobs import Health
+from service.schemas.common import Health
 from shared.core import release
 from shared.core.migrate import is_migrating
 

@@ -25,17 +25,9 @@ from service.edge.spec_route import SpecCheckedRoute
 from service.idempotency import request_hash
 from service.job_views import for_user, job_view, job_views
 from service.research.reproduction import compare_runs
-from service.schemas.jobs import (
-    CheckpointList,
-    CheckpointPublic,
-    ErrorResponse,
-    EventPublic,
-    JobCreate,
-    JobPlan,
-    JobPublic,
-    MetricPublic,
-    Page,
-)
+from service.schemas.common import ErrorResponse, Page
+from service.schemas.job_progress import CheckpointList, CheckpointPublic, EventPublic, MetricPublic
+from service.schemas.jobs import JobCreate, JobPlan, JobPublic
 from service.user_views import checkpoint_path
 from shared import jobs_repo
 from shared.admission.job_checks import check_job_spec, check_priority

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query, status
 from service.accounts import api_keys, audit
 from service.accounts.auth import Principal
 from service.deps import After, PrincipalDep, RowId, SessionDep
-from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.common import ErrorResponse, Page
 from service.schemas.keys import AuditEntryPublic, KeyCreate, KeyCreated, KeyList, KeyPublic
 from service.schemas.owners import OwnerName
 from shared.core.errors import Conflict

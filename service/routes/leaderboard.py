@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from service.deps import PrincipalDep, SessionDep, SettingsDep
 from service.research.baselines import NEAR_CHANCE_MARGIN, Baseline, majority_baseline
 from service.research.leaderboard import build_leaderboard, is_ranked_job
-from service.schemas.jobs import Leaderboard
+from service.schemas.leaderboard import Leaderboard
 from shared import jobs_repo
 from shared.core.errors import InvalidRequest
 from shared.core.tables import Job, JobMetric, JobStatus

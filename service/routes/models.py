@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from service.accounts.owner_views import check_room
 from service.deps import After, JobDep, ModelDep, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.uploads import FILE_FIELD, Received, receive_upload
-from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.common import ErrorResponse, Page
 from service.schemas.models import ModelDeleted, ModelPromote, ModelPublic
 from shared import jobs_repo
 from shared.core.config import Settings

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path
 
 from service.accounts.owner_views import list_owners, set_owner_quota
 from service.deps import PrincipalDep, SessionDep, SettingsDep
-from service.schemas.jobs import ErrorResponse
+from service.schemas.common import ErrorResponse
 from service.schemas.owners import OwnerName, OwnerPublic, OwnersPublic, OwnerUpdate
 from shared.scheduling.quotas import QuotaDefaults
 

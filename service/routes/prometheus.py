@@ -8,7 +8,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from service.deps import PrincipalDep
 from service.prometheus import registry_for
-from service.schemas.jobs import ErrorResponse
+from service.schemas.common import ErrorResponse
 
 router = APIRouter(tags=["monitoring"])
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from service.deps import After, DataScopeDep, PrincipalDep, SearchDep, SessionDep, SettingsDep
-from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.common import ErrorResponse, Page
 from service.schemas.searches import (
     SearchBest,
     SearchCreate,

@@ -11,7 +11,7 @@ from pydantic import WithJsonSchema
 from service.deps import MAX_ROW_ID, PrincipalDep, SessionDep, SettingsDep, StoreDep
 from service.files.downloads import folder_of
 from service.files.job_folders import JobFolder
-from service.schemas.jobs import ErrorResponse
+from service.schemas.common import ErrorResponse
 from shared import jobs_repo
 from shared.core.errors import InvalidRequest, quote
 from shared.research.glue_submission import JobFiles, bundle_submission

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from service.deps import After, DataScopeDep, PrincipalDep, SessionDep, SettingsDep, SweepDep
-from service.schemas.jobs import ErrorResponse, Page, SweepCreate, SweepPlan, SweepPlanJob, SweepPublic
+from service.schemas.common import ErrorResponse, Page
+from service.schemas.sweeps import SweepCreate, SweepPlan, SweepPlanJob, SweepPublic
 from shared import jobs_repo
 from shared.admission.job_checks import check_priority
 from shared.core.tables import Job, JobStatus, Sweep

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, status
 from sqlalchemy.orm import Session
 
 from service.deps import After, PrincipalDep, RowId, SessionDep, SettingsDep
-from service.schemas.jobs import ErrorResponse, Page
+from service.schemas.common import ErrorResponse, Page
 from service.schemas.webhooks import (
     DeliveryPublic,
     WebhookCreate,

@@ -1,4 +1,4 @@
-"""Request and response bodies of /v1/files (beside service/schemas/jobs.py, which holds the others)."""
+"""Request and response bodies of /v1/files."""
 
 from __future__ import annotations
 

@@ -1,27 +1,23 @@
-"""Request and response bodies of the HTTP API."""
+"""Request and response bodies of /v1/jobs: a job to create, a job as the API shows it, a dry run's plan."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
+from service.schemas.common import (
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_VALUE_CHARS,
+    MetadataKey,
+    MetadataValue,
+)
 from service.schemas.files import DataFile, data_files
 from shared.core.tables import JobStatus
-from shared.jobspec.spec import MAX_SEED, JobSpec
+from shared.jobspec.spec import JobSpec
 from shared.jobspec.tasks import EVAL_SPLIT, TASKS
-
-T = TypeVar("T")
-
-MAX_METADATA_KEYS = 32
-MAX_METADATA_KEY_CHARS = 64
-MAX_METADATA_VALUE_CHARS = 512
-
-# Constraints in the types (not in a validator) so the schema documents them and an error names the
-# offending key: `metadata.<key>`.
-MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)]
-MetadataValue = Annotated[str, Field(max_length=MAX_METADATA_VALUE_CHARS)]
 
 
 class JobCreate(BaseModel):
@@ -38,38 +34,6 @@ class JobCreate(BaseModel):
         f"{MAX_METADATA_KEY_CHARS} characters, values of at most {MAX_METADATA_VALUE_CHARS} characters",
     )
     max_attempts: int = Field(default=3, ge=1, le=20, description="Runs before a job whose worker died fails")
-
-
-class WorkerJob(BaseModel):
-    id: int
-    attempt: int
-    status: JobStatus
-    devices: list[str] | None = Field(description="The devices the attempt holds (CUDA indices, CPU slots)")
-
-
-class WorkerPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: str
-    host: str
-    pid: int
-    version: str | None
-    devices: list[str] = Field(description="What the worker runs jobs on: CUDA indices or CPU slots")
-    state: str = Field(
-        description="idle, busy, low_disk (below its free-space floor: takes no work until it has room), "
-        "draining (stopping: takes no work, hands its jobs back), stopped (said goodbye), or gone (no "
-        "heartbeat for a lease, without a goodbye)"
-    )
-    started_at: datetime
-    last_heartbeat_at: datetime
-    stopped_at: datetime | None
-    jobs: list[WorkerJob] = Field(
-        description="The jobs it runs now (with a normal key: only that key's own jobs)"
-    )
-
-
-class WorkersPublic(BaseModel):
-    data: list[WorkerPublic]
 
 
 class HeadlineMetric(BaseModel):
@@ -178,104 +142,6 @@ class JobPublic(BaseModel):
         return HeadlineMetric(name=name, value=latest, best=best)
 
 
-class Page(BaseModel, Generic[T]):
-    data: list[T]
-    has_more: bool
-    next_cursor: str | None = Field(description="Pass as `after` for the next page")
-
-
-class MetricPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: int
-    epoch: float
-    step: int
-    split: str = Field(description="train, eval or eval_mismatched")
-    name: str
-    value: float
-    created_at: datetime
-
-
-class CheckpointPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    epoch: float
-    step: int
-    path: str | None = Field(
-        default=None,
-        description="Its API path, /v1/jobs/{id}/artifacts/checkpoints/checkpoint-{step} (a GET answers a "
-        "tar stream); for an admin key, where the worker stored it (its folder, or the store's URI). Not "
-        "in the live stream's checkpoint messages, whose readers fetch it with `download`",
-    )
-    download: str | None = Field(default=None, description="The command that downloads it to a folder DIR")
-    metrics: dict[str, Any]
-    created_at: datetime
-    is_best: bool
-
-
-class CheckpointList(BaseModel):
-    data: list[CheckpointPublic]
-
-
-class EventPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: int
-    created_at: datetime
-    kind: str = Field(description="state (a status change), log, or checkpoint")
-    level: str
-    message: str
-    data: dict[str, Any] | None
-
-
-class ProblemPublic(BaseModel):
-    """One problem a check found (or one warning): where, a code a program can act on, a sentence."""
-
-    field: str = Field(description="Where: spec.learning_rate, spec.train_file, file, priority …")
-    code: str = Field(
-        description="unknown_field, required, wrong_type, out_of_range, not_allowed, invalid_value, "
-        "invalid_spec, invalid_data, not_found …; warnings: label_near_duplicate, rare_class, "
-        "label_imbalance, long_rows …"
-    )
-    message: str
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str = Field(description="The first problem (with how many more there are)")
-    field: str | None = Field(default=None, description="The first problem's field")
-    errors: list[ProblemPublic] | None = Field(
-        default=None,
-        description="422: every problem found, the first as `field`/`message`; at most 50 (`errors_omitted` "
-        "counts the rest)",
-    )
-    errors_omitted: int | None = Field(default=None, description="Problems found beyond those listed")
-    warnings: list[ProblemPublic] | None = Field(
-        default=None, description="What passed with a word of warning beside the refusal"
-    )
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
-
-
-class Health(BaseModel):
-    status: str
-    database: str | None = None
-    detail: str | None = None
-
-
-class ArtifactPublic(BaseModel):
-    path: str = Field(description="Relative to the job's folder; GET /v1/jobs/{id}/artifacts/{path}")
-    size: int = Field(description="Bytes")
-    modified: datetime
-    kind: str = Field(description="model, checkpoint, predictions, log or other")
-
-
-class ArtifactList(BaseModel):
-    data: list[ArtifactPublic]
-
-
 class JobPlan(BaseModel):
     """POST /v1/jobs?dry_run=true: what the job would do, found without a GPU; nothing is stored."""
 
@@ -290,138 +156,3 @@ class JobPlan(BaseModel):
     schedule: dict[str, Any] = Field(description="Steps per epoch, optimizer steps, warmup, evaluations")
     tokens: dict[str, Any] = Field(description="Longest and mean tokenised lengths; padding per scheme")
     memory: dict[str, Any] = Field(description="Estimated worker memory for the model, batch and precision")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Sweeps
-# ---------------------------------------------------------------------------------------------------
-
-
-class SweepCreate(BaseModel):
-    """One job per combination of `seeds` and `grid` values, each put into `spec`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    spec: dict[str, Any] = Field(description="A job spec as in POST /v1/jobs, without the swept fields")
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
-        default_factory=list, description="One job per seed and configuration, e.g. [0, 1, 2, 3, 4]"
-    )
-    grid: dict[str, list[Any]] = Field(
-        default_factory=dict, description='Spec fields and their values, e.g. {"learning_rate": [1e-4, 5e-4]}'
-    )
-    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first")
-    metadata: dict[MetadataKey, MetadataValue] = Field(
-        default_factory=dict, max_length=MAX_METADATA_KEYS, description="Copied to every job of the sweep"
-    )
-    max_attempts: int = Field(default=3, ge=1, le=20)
-
-
-class MetricSummary(BaseModel):
-    median: float
-    mean: float
-    std: float | None = Field(description="Sample standard deviation (n−1); null for a single seed")
-    min: float
-    max: float
-    n: int = Field(description="Seeds with this metric")
-
-
-class SweepConfiguration(BaseModel):
-    configuration: dict[str, Any] = Field(description="The grid values of these jobs")
-    job_ids: list[int]
-    seeds: list[int | None]
-    job_counts: dict[str, int]
-    seeds_evaluated: int = Field(description="Succeeded jobs with an evaluation: the statistics' seeds")
-    best: dict[str, dict[str, MetricSummary]] = Field(
-        description="At each job's best evaluation: {split: {metric: summary over seeds}}"
-    )
-    final: dict[str, dict[str, MetricSummary]] = Field(description="At each job's final evaluation")
-
-
-class SweepWinner(BaseModel):
-    configuration: dict[str, Any]
-    metric: str
-    median: float
-    std: float | None
-    seeds_evaluated: int
-    job_ids: list[int]
-
-
-class SweepPublic(BaseModel):
-    id: int
-    status: str = Field(description="queued, running, succeeded, failed or cancelled; derived from its jobs")
-    spec: dict[str, Any]
-    seeds: list[int]
-    grid: dict[str, list[Any]]
-    metadata: dict[str, Any]
-    created_at: datetime
-    cancel_requested_at: datetime | None
-    job_ids: list[int]
-    job_counts: dict[str, int]
-    main_metric: str = Field(description="The metric the configurations are ranked by")
-    configurations: list[SweepConfiguration] | None = Field(
-        default=None, description="GET /v1/sweeps/{id}: statistics over seeds per configuration"
-    )
-    winner: SweepWinner | None = Field(
-        default=None, description="Best median of main_metric (best evaluation)"
-    )
-    warnings: list[str] = Field(default_factory=list, description="Its jobs' warnings, each once")
-
-
-class SweepPlanJob(BaseModel):
-    configuration: str = Field(description='The combination, e.g. "learning_rate=0.0001 seed=3"')
-    spec: dict[str, Any] = Field(description="The job's resolved spec, as it would be stored")
-    warnings: list[str]
-
-
-class SweepPlan(BaseModel):
-    """POST /v1/sweeps?dry_run=true: the jobs the sweep would queue; nothing is stored."""
-
-    dry_run: bool = True
-    spec: dict[str, Any]
-    grid: dict[str, list[Any]]
-    seeds: list[int]
-    jobs: list[SweepPlanJob]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Leaderboard
-# ---------------------------------------------------------------------------------------------------
-
-
-class BaselinePublic(BaseModel):
-    metric: str
-    value: float = Field(description="main metric of always predicting the majority class")
-    majority_label: str | None
-    share: float | None = Field(description="The majority class's share of the rows")
-    rows: int
-    where: str
-
-
-class LeaderboardEntry(BaseModel):
-    rank: int
-    kind: str = Field(description="job or sweep")
-    id: int
-    value: float = Field(description="main metric at the best evaluation (a sweep: median over seeds)")
-    final_value: float | None = Field(description="main metric at the final evaluation (a sweep: median)")
-    std: float | None = Field(description="a sweep: standard deviation over seeds")
-    seeds: int
-    model: str
-    recipe: str
-    hyperparameters: dict[str, Any]
-    trainable_params: int | None
-    configuration: dict[str, Any] | None = Field(description="a sweep: its winning grid values")
-    job_ids: list[int]
-    baseline: BaselinePublic | None = Field(description="majority class on the rows this entry evaluated on")
-    near_chance: bool | None = Field(description="Less than one point above its majority-class baseline")
-
-
-class TaskLeaderboard(BaseModel):
-    task: str
-    metric: str
-    baseline: BaselinePublic | None = Field(description="majority class on the task's whole dev set")
-    entries: list[LeaderboardEntry]
-
-
-class Leaderboard(BaseModel):
-    data: list[TaskLeaderboard]
-    near_chance_margin: float = Field(description="In the metric's units: 0.01 is one GLUE point")

@@ -1,4 +1,4 @@
-"""Request and response bodies of /v1/keys and /v1/audit (beside service/schemas/jobs.py)."""
+"""Request and response bodies of /v1/keys and /v1/audit."""
 
 from __future__ import annotations
 

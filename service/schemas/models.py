@@ -1,4 +1,4 @@
-"""Response bodies of /v1/models (beside service/schemas/jobs.py, which holds the others)."""
+"""Response bodies of /v1/models."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.jobs import MAX_METADATA_KEYS, MetadataKey, MetadataValue
+from service.schemas.common import MAX_METADATA_KEYS, MetadataKey, MetadataValue
 from shared.jobspec.spec import MAX_SEED
 from shared.searches.config import MAX_PARALLELISM, MAX_TRIALS, Objective, Parameter, Pruner, Sampler
 

@@ -1,5 +1,5 @@
-"""Request and response bodies of /v1/webhooks (beside service/schemas/jobs.py). An endpoint's secret is
-in create's and rotate's answers only."""
+"""Request and response bodies of /v1/webhooks. An endpoint's secret is in create's and rotate's
+answers only."""
 
 from __future__ import annotations
 

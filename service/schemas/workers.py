@@ -3,9 +3,39 @@ read alike as "0.2.0")."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from datetime import datetime
 
-from service.schemas.jobs import WorkerPublic
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.core.tables import JobStatus
+
+
+class WorkerJob(BaseModel):
+    id: int
+    attempt: int
+    status: JobStatus
+    devices: list[str] | None = Field(description="The devices the attempt holds (CUDA indices, CPU slots)")
+
+
+class WorkerPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    host: str
+    pid: int
+    version: str | None
+    devices: list[str] = Field(description="What the worker runs jobs on: CUDA indices or CPU slots")
+    state: str = Field(
+        description="idle, busy, low_disk (below its free-space floor: takes no work until it has room), "
+        "draining (stopping: takes no work, hands its jobs back), stopped (said goodbye), or gone (no "
+        "heartbeat for a lease, without a goodbye)"
+    )
+    started_at: datetime
+    last_heartbeat_at: datetime
+    stopped_at: datetime | None
+    jobs: list[WorkerJob] = Field(
+        description="The jobs it runs now (with a normal key: only that key's own jobs)"
+    )
 
 
 class WorkerBuildPublic(BaseModel):

@@ -4,13 +4,12 @@
  * spread over seeds per configuration, at the best and at the final evaluation), #/searches and
  * #/searches/<id> (searches.js).
  * Charts are uPlot (vendored in static/vendor); terminal.js renders logs, resubmit.js the
- * "Submit again" form. */
+ * "Submit again" form. The job statuses (STATUSES, and the finished ones: TERMINAL) come from the
+ * server's wire.js, loaded first: the server's own words, never a copy. */
 "use strict";
 
 const KEY_STORAGE = "gluejobs.apiKey";
 const LIST_REFRESH_MS = 2000;
-const STATUSES = ["queued", "running", "cancelling", "succeeded", "failed", "cancelled"];
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const LOG_TAIL_LINES = 500; // read at first; the stream adds to them
 const LOG_LINES_SHOWN = 2000;
 const RENDER_MS = 250;

@@ -1,7 +1,7 @@
 """How a message names a job's files for the person who reads it: the API path that serves them and
 the `gluejobs download` command that fetches them, never the worker's own folder or the store's
 URI, which mean nothing on the reader's laptop (operators find those in the worker's log lines).
-The client's command line words its own lines alike (gluejobs/job_view.py)."""
+The client's command line words its own lines alike (gluejobs/cli/job_view.py)."""
 
 from __future__ import annotations
 

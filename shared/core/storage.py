@@ -43,12 +43,16 @@ from shared.core.db_retries import Backoff
 from shared.core.errors import GluejobsError
 from shared.core.faults import crash_point
 
+# A job's folder's key: its home is the job folder's layout (the client reads it too); a name here
+# too for the server's callers that hold a Store.
+from shared.wire.job_folder import job_key as job_key
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 FILES = "files"  # uploaded files, by content: files/<sha256>
-JOBS = "jobs"  # a job's folder: jobs/<id>/…
+# (jobs/<id>/…, a job's folder, and the keys inside it: shared/wire/job_folder.py, which the client reads too)
 MODELS = "models"  # registered models: models/blobs/<sha256>, models/manifests/<sha256>.json
 # S3 multipart pieces, sent one at a time: what an upload holds in memory (S3's minimum part is
 # 5 MiB; s3fs's defaults, 50 MiB parts ten at a time, would hold half a gigabyte). Measured on a
@@ -402,10 +406,6 @@ def open_store(settings: Settings, *, retry_s: float | None = None) -> Store:
 
 def file_key(sha256: str) -> str:
     return f"{FILES}/{sha256}"
-
-
-def job_key(job_id: int, relative: str = "") -> str:
-    return f"{JOBS}/{job_id}/{relative}".rstrip("/")
 
 
 def model_blob_key(sha256: str) -> str:

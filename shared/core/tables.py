@@ -25,18 +25,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-
-class JobStatus(StrEnum):
-    queued = "queued"
-    running = "running"
-    cancelling = "cancelling"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
+# A job's statuses are the client's and the dashboard's words too: their one home is the wire module.
+from shared.wire.vocabulary import TERMINAL_STATUSES as TERMINAL_STATUSES
+from shared.wire.vocabulary import JobStatus as JobStatus
 
 
 class ErrorCode(StrEnum):
@@ -69,7 +60,6 @@ _JOB_OWN_FAULTS = frozenset(
     {ErrorCode.invalid_data, ErrorCode.model_load_failed, ErrorCode.timeout, ErrorCode.internal}
 )
 
-TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
 ACTIVE_STATUSES = frozenset({JobStatus.running, JobStatus.cancelling})
 
 

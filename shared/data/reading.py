@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from shared.core.config import Settings
 from shared.core.errors import InvalidSpec, JobFailed, Problem, shorten
 from shared.data.limits import FileLimits, OverLimit, check_file
-from shared.jobspec.column_mapping import ColumnMapping, flags_hint, guess, missing_message
+from shared.jobspec.column_mapping import ROW_ID_COLUMNS, ColumnMapping, flags_hint, guess, missing_message
 from shared.jobspec.data_scope import stored_data_path
 from shared.jobspec.spec import JobSpec
 from shared.jobspec.suggest import did_you_mean
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 LABEL = "label"
 HUB_GLUE = "nyu-mll/glue"
-# Row ids, never text: the Hub's parquet exports carry `idx`, which run_glue would take for a sentence.
-_ID_COLUMNS = frozenset({"idx", "id"})
 _TSV_OPTIONS: dict[str, Any] = {
     # GLUE files hold unbalanced quotes (MRPC) and words like "null"/"NA" that are text, not missing values.
     "sep": "\t",
@@ -612,8 +610,8 @@ def _model_label_ids(table: Table, labels: ModelLabels, *, required: bool) -> np
 
 
 def _infer_text_keys(table: Table) -> tuple[str, str | None]:
-    # run_glue_no_trainer.py's rule, minus row-id columns.
-    names = [str(c) for c in table.frame.columns if c != LABEL and str(c).lower() not in _ID_COLUMNS]
+    # run_glue_no_trainer.py's rule, minus row-id columns (which run_glue would take for a sentence).
+    names = [str(c) for c in table.frame.columns if c != LABEL and str(c).lower() not in ROW_ID_COLUMNS]
     if "sentence1" in names and "sentence2" in names:
         return "sentence1", "sentence2"
     if len(names) >= 2:

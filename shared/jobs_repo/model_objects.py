@@ -38,10 +38,10 @@ from sqlalchemy.orm import Session
 from shared.core.db import Database
 from shared.core.errors import InvalidSpec
 from shared.core.faults import crash_point
-from shared.core.storage import MODELS, Store, job_key, model_blob_key, model_manifest_key
+from shared.core.storage import MODELS, Store, model_blob_key, model_manifest_key
 from shared.core.tables import utcnow
 from shared.jobs_repo.models import JobModelFiles, find_job_model, held_objects
-from shared.jobspec.job_sources import MANIFEST_NAME, JobSource, is_model_file, record_name
+from shared.jobspec.job_sources import JobSource, is_model_file, record_name
 from shared.jobspec.registered_models import (
     ManifestFile,
     RegisteredModel,
@@ -49,6 +49,7 @@ from shared.jobspec.registered_models import (
     manifest_sha256,
     read_manifest,
 )
+from shared.wire.job_folder import MANIFEST_NAME, job_key
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from shared.core.errors import Conflict, InvalidSpec, NotFound
 from shared.core.ownership import _newest_first, _owned
 from shared.core.tables import Checkpoint, Job, JobModel, JobStatus, StoredModel, utcnow
 from shared.jobs_repo.files import _USING
-from shared.jobspec.job_sources import CHECKPOINT_PREFIX, JobSource, job_reference
+from shared.jobspec.job_sources import JobSource, job_reference
+from shared.wire.job_folder import checkpoint_path
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def find_job_model(
             what = "no best checkpoint" if source.best else f"no checkpoint at step {source.step}"
             error = Conflict if not job.status.is_terminal and not steps else InvalidSpec
             raise error(f"{name}: job {job.id} has {what}; {have}", field=field)
-        folder = f"checkpoints/{CHECKPOINT_PREFIX}{checkpoint.step}"
+        folder = checkpoint_path(checkpoint.step)
         if lora:
             if not adapters:
                 raise InvalidSpec(

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, aliased
 from shared.core.db import read, write
 from shared.core.errors import Conflict, InvalidRequest, quote
 from shared.core.ownership import _owned
-from shared.core.storage import Store, job_key
+from shared.core.storage import Store
 from shared.core.tables import (
     TERMINAL_STATUSES,
     Checkpoint,
@@ -47,23 +47,21 @@ from shared.core.tables import (
     utcnow,
 )
 from shared.jobs_repo.events import CHECKPOINT, _event, _insert_for
+from shared.wire.job_folder import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS,
+    MAX_STEP_DIGITS,
+    checkpoint_key,
+    checkpoint_name,
+    job_key,
+)
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"  # a job folder's checkpoints (worker/training/job_storage.py)
-CHECKPOINT_PREFIX = "checkpoint-"  # their folders' names (worker/training/checkpoints.py)
 # A finished job's files are sized this long after it finished: its last log copy comes just after.
 SETTLE_S = 60.0
 # What one pass of the sweep sizes or removes at most (the next pass goes on).
 BATCH = 200
-
-
-def checkpoint_name(step: int) -> str:
-    return f"{CHECKPOINT_PREFIX}{step}"
-
-
-def checkpoint_key(job_id: int, step: int) -> str:
-    return job_key(job_id, f"{CHECKPOINTS}/{checkpoint_name(step)}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def _parse_keep(keep: Sequence[str]) -> set[int]:
     steps, bad = set(), []
     for name in keep:
         step = name.strip().removeprefix(CHECKPOINT_PREFIX)
-        if name.strip().startswith(CHECKPOINT_PREFIX) and step.isdigit() and len(step) <= 10:
+        if name.strip().startswith(CHECKPOINT_PREFIX) and step.isdigit() and len(step) <= MAX_STEP_DIGITS:
             steps.add(int(step))
         else:
             bad.append(name)

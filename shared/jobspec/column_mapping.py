@@ -25,8 +25,10 @@ from typing import Any
 from shared.core.errors import quote
 from shared.jobspec.suggest import did_you_mean
 
+# The mapping's field names are the client's words too (gluejobs/_files.py): their home is the wire module.
+from shared.wire.vocabulary import COLUMN_FIELDS as COLUMN_FIELDS
+
 LABEL = "label"
-COLUMN_FIELDS = ("text_column", "text_pair_column", "label_column")
 MAX_COLUMN_NAME_CHARS = 256  # as an upload's column names (service/files/upload_checks.py)
 # Names that say "these are labels", for the guess a refusal offers (AutoTrain's `target`, the Hub's
 # datasets' `label`/`labels`, GLUE's own `gold_label`, `is_duplicate`, `Quality`, `score`).
@@ -49,7 +51,10 @@ LABEL_LIKE = (
     "intent",
     "tag",
 )
-_ID_COLUMNS = frozenset({"idx", "id", "index"})
+# Row ids, never text, both when a file's texts are found by run_glue's rule (shared/data/reading.py)
+# and in the mapping guessed for a refusal: the Hub's parquet exports carry `idx`, GLUE's own TSV files
+# `index` (QNLI's, MNLI's, STS-B's; their test files too, QQP's `id`), pandas' reset_index() `index`.
+ROW_ID_COLUMNS = frozenset({"idx", "id", "index"})
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ def guess(
     """The mapping a file's columns most likely want: the label column by its name (LABEL_LIKE), else
     the one with the fewest distinct, shortest values; then up to `texts` text columns, the longest
     values first (in the file's order when nothing was read). Row-id columns are neither."""
-    names = [str(c) for c in columns if str(c).lower() not in _ID_COLUMNS]
+    names = [str(c) for c in columns if str(c).lower() not in ROW_ID_COLUMNS]
     if len(names) < 2:
         return ColumnMapping()
     by_name = [n for n in names if n.lower() in LABEL_LIKE]

@@ -22,13 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# A checkpoint's name is its folder's (the job folder's layout: shared/wire/job_folder.py).
+from shared.wire.job_folder import CHECKPOINT_PREFIX, checkpoint_name
+
 PREFIX = "job:"
-# Written beside a final model (and a LoRA job's merged model) and in every checkpoint.
-MANIFEST_NAME = "gluejobs_model_manifest.json"
-CHECKPOINT_PREFIX = "checkpoint-"  # worker/training/checkpoints.py's folder names
 BEST = "best"
 _SOURCE = re.compile(
-    r"^job:(?P<job>[1-9][0-9]{0,17})(?:/(?P<which>best|checkpoint-(?P<step>0|[1-9][0-9]{0,9})))?$"
+    rf"^job:(?P<job>[1-9][0-9]{{0,17}})(?:/(?P<which>best|{CHECKPOINT_PREFIX}(?P<step>0|[1-9][0-9]{{0,9}})))?$"
 )
 
 # What save_pretrained writes for a model (or a PEFT adapter) and its tokenizer.
@@ -77,12 +77,12 @@ def parse_job_source(value: str) -> JobSource:
 
 def job_reference(job_id: int, step: int | None = None) -> str:
     """How a spec names job `job_id`'s final model, or its checkpoint at `step`."""
-    return f"{PREFIX}{job_id}" if step is None else f"{PREFIX}{job_id}/{CHECKPOINT_PREFIX}{step}"
+    return f"{PREFIX}{job_id}" if step is None else f"{PREFIX}{job_id}/{checkpoint_name(step)}"
 
 
 def record_name(job_id: int, step: int | None = None) -> str:
     """The `registered_model.name` of a job's model (a registered model's name pattern)."""
-    return f"job-{job_id}" if step is None else f"job-{job_id}.{CHECKPOINT_PREFIX}{step}"
+    return f"job-{job_id}" if step is None else f"job-{job_id}.{checkpoint_name(step)}"
 
 
 def is_model_file(name: str) -> bool:

@@ -7,7 +7,8 @@ transaction (see events.py); a search marks its end with
 `search_finished(session, owner=…, search_id=…, data={…})`.
 """
 
-from shared.webhooks.events import (
+from shared.webhooks.events import checkpoint_declared, enqueue_event, job_finished, search_finished
+from shared.wire.vocabulary import (
     CHECKPOINT_DECLARED,
     EVENT_TYPES,
     JOB_CANCELLED,
@@ -16,10 +17,6 @@ from shared.webhooks.events import (
     SEARCH_FINISHED,
     SWEEP_FINISHED,
     TEST_EVENT,
-    checkpoint_declared,
-    enqueue_event,
-    job_finished,
-    search_finished,
 )
 
 __all__ = [

@@ -14,8 +14,9 @@ from shared.core.db import read, write
 from shared.core.errors import Conflict, NotFound
 from shared.core.ownership import _newest_first, _owned
 from shared.core.tables import WebhookDelivery, WebhookEndpoint, utcnow
-from shared.webhooks.events import TEST_EVENT, enqueue_event
+from shared.webhooks.events import enqueue_event
 from shared.webhooks.signing import new_secret
+from shared.wire.vocabulary import TEST_EVENT
 
 
 def create_endpoint(

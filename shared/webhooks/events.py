@@ -26,16 +26,16 @@ from shared.core.tables import (
 )
 from shared.research.sweep_stats import sweep_status
 
-JOB_SUCCEEDED = "job.succeeded"
-JOB_FAILED = "job.failed"
-JOB_CANCELLED = "job.cancelled"
-SWEEP_FINISHED = "sweep.finished"
-SEARCH_FINISHED = "search.finished"
-CHECKPOINT_DECLARED = "checkpoint.declared"
-# What an endpoint can subscribe to (POST /v1/webhooks `event_types`).
-EVENT_TYPES = (JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, SWEEP_FINISHED, SEARCH_FINISHED, CHECKPOINT_DECLARED)
-# POST /v1/webhooks/{id}/test sends this to the one endpoint, whatever it subscribes to.
-TEST_EVENT = "webhook.test"
+# The event types are the client's words too (`gluejobs webhooks add --event`): their one home is
+# the wire module, with EVENT_TYPES (what an endpoint can subscribe to) and TEST_EVENT.
+from shared.wire.vocabulary import (
+    CHECKPOINT_DECLARED,
+    JOB_CANCELLED,
+    JOB_FAILED,
+    JOB_SUCCEEDED,
+    SEARCH_FINISHED,
+    SWEEP_FINISHED,
+)
 
 _JOB_EVENTS = {
     JobStatus.succeeded: JOB_SUCCEEDED,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gluejobs.script_args import command_to_spec
+from gluejobs.cli.script_args import command_to_spec
 from shared.core.config import Settings
 from shared.jobspec.capability import is_off
 from shared.jobspec.spec import TRAINING_ONLY_OPTIONS, JobSpec, job_kind
@@ -313,7 +313,7 @@ def test_evaluation_and_prediction_jobs_through_the_api_and_a_worker(
 
 def test_the_cli_shows_what_a_job_does() -> None:
     """`gluejobs ls` and `show` name the kind (one rule: job_kind) and count no steps for an evaluation."""
-    from gluejobs import job_view
+    from gluejobs.cli import job_view
     from gluejobs.client import Job
 
     stored = _spec(do_train=False, do_eval=True).model_dump(mode="json")

@@ -16,9 +16,9 @@ import pytest
 
 from gluejobs import ApiError, Client
 from shared.core.config import Settings
-from shared.core.storage import job_key, model_manifest_key, open_store
+from shared.core.storage import model_manifest_key, open_store
 from shared.jobs_repo.model_objects import pin_key
-from shared.jobspec.job_sources import MANIFEST_NAME
+from shared.wire.job_folder import MANIFEST_NAME, job_key
 from tests.support.e2e import api_process, get, start_worker, submit, wait_for
 from tests.support.kit import ALICE, BOB, TINY_MODEL, auth
 

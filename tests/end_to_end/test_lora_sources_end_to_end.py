@@ -19,7 +19,8 @@ import torch
 
 from gluejobs.cli import main as cli
 from shared.core.config import Settings
-from shared.core.storage import job_key, open_store
+from shared.core.storage import open_store
+from shared.wire.job_folder import job_key
 from tests.support.e2e import api_process, get, start_worker, submit, wait_for
 from tests.support.kit import TINY_MODEL
 

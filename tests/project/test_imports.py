@@ -29,6 +29,9 @@ MAY_IMPORT = {
 # shared/'s subpackages, lowest first: each may import those below it, never one above (the
 # exceptions below say why they stand; one added needs its reason here).
 SHARED_LAYERS = (
+    # what crosses a process boundary: the job folder's layout, statuses, event types (stdlib only;
+    # the client wheel carries it, and every layer above reads it)
+    "wire",
     "core",  # settings, database, tables, errors, the store, owners, the release
     "jobspec",  # what a job asks for; the client's command line reads it (torch-free, no database)
     "data",  # reading a job's data files

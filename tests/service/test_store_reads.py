@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 
 from service.files.job_folders import StoredFolder, new_log_pieces
 from service.main import create_app
-from shared.core.storage import job_key, open_store
+from shared.core.storage import open_store
+from shared.wire.job_folder import job_key
 from tests.support.dbutil import claimed
 from tests.support.e2e import LOOPBACK_URL
 from tests.support.kit import QUICK_JOB

@@ -20,8 +20,8 @@ from shared.core.config import Settings
 from shared.core.db import Database
 from shared.core.storage import model_blob_key, model_manifest_key, open_store
 from shared.jobs_repo.model_objects import pin_key, sweep_model_orphans
-from shared.jobspec.job_sources import MANIFEST_NAME
 from shared.jobspec.registered_models import manifest_sha256
+from shared.wire.job_folder import MANIFEST_NAME
 from tests.support.dbutil import finish_as_a_worker
 from tests.support.e2e import live_api
 from tests.support.kit import ALICE, BOB, ROOT, TINY_MODEL, auth

@@ -22,10 +22,11 @@ from service.main import create_app
 from shared import jobs_repo
 from shared.core.config import Settings
 from shared.core.db import Database
-from shared.core.storage import Store, job_key, open_store
+from shared.core.storage import Store, open_store
 from shared.core.tables import Job, JobStatus, StoreDeletion, utcnow
 from shared.jobs_repo.storage_usage import remove_checkpoints, sweep_storage
 from shared.scheduling import quotas
+from shared.wire.job_folder import job_key
 from tests.support.dbutil import claimed
 from tests.support.e2e import LOOPBACK_URL, live_api
 from tests.support.kit import ALICE, BOB, ROOT, SPEC, TINY_MODEL, auth

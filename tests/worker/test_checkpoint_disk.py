@@ -13,8 +13,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from shared.core.config import Settings
 from shared.core.storage import Store
+from shared.wire.job_folder import CHECKPOINT_PREFIX
 from tests.support.runs import RecordingReporter, saving_spec
-from worker.training.checkpoints import CHECKPOINT_PREFIX
 from worker.training.job_storage import JobStorage
 from worker.training.loop import run_training
 

@@ -21,9 +21,9 @@ from fsspec.implementations.local import LocalFileSystem
 from shared.core.config import Settings
 from shared.core.storage import Store, StoreUnavailable
 from shared.core.tables import ErrorCode
+from shared.wire.job_folder import STATE_FILE
 from tests.support.runs import RecordingReporter, saving_spec
 from worker.fleet.outcome import classify
-from worker.training.checkpoints import STATE_FILE
 from worker.training.job_storage import JobStorage
 from worker.training.loop import run_training
 

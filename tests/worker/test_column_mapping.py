@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gluejobs import Client
 from gluejobs.cli import main as cli
-from gluejobs.script_args import command_to_spec
+from gluejobs.cli.script_args import command_to_spec
 from shared.core.config import Settings
 from shared.data.reading import DataError, read_job_data
 from shared.jobspec.spec import JobSpec

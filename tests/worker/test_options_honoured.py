@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gluejobs.script_args import config_file_to_spec, resolved_spec
+from gluejobs.cli.script_args import config_file_to_spec, resolved_spec
 from service.main import create_app
 from shared.core.config import Settings
 from shared.core.db import Database

@@ -22,7 +22,7 @@ from pathlib import Path
 from shared.core.db_retries import is_transient
 from shared.core.errors import GluejobsError, InvalidSpec, JobFailed
 from shared.core.tables import ErrorCode
-from worker.training.checkpoints import LOG_DIR
+from shared.wire.job_folder import LOG_DIR
 from worker.training.disk_space import DiskState, is_no_space
 from worker.training.user_text import drop_tracebacks
 

@@ -35,13 +35,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shared.core.errors import GluejobsError
+from shared.wire.job_folder import (
+    CHECKPOINT_PREFIX,
+    PARTIAL_SUFFIX,
+    STATE_FILE,
+    checkpoint_name,
+    checkpoint_step,
+)
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_PREFIX = "checkpoint-"
-STATE_FILE = "gluejobs_state.json"
-PARTIAL_SUFFIX = ".partial"
-LOG_DIR = "logs"  # the attempts' logs, beside the checkpoints in the job's output folder
 # The attempt a job's processes run (set by the worker, worker/fleet/launch.py): every rank of an attempt
 # writes its checkpoints into the same staging folder, and two attempts never share one.
 ATTEMPT_ENV = "GLUEJOBS_ATTEMPT"
@@ -76,7 +79,7 @@ class TrainingState:
 
 
 def checkpoint_path(checkpoints_dir: Path, step: int) -> Path:
-    return checkpoints_dir / f"{CHECKPOINT_PREFIX}{step}"
+    return checkpoints_dir / checkpoint_name(step)
 
 
 def staging_path(final: Path) -> Path:
@@ -113,9 +116,9 @@ def saved_steps(checkpoints_dir: Path) -> list[int]:
         return []
     steps = []
     for child in checkpoints_dir.iterdir():
-        suffix = child.name.removeprefix(CHECKPOINT_PREFIX)
-        if child.name.startswith(CHECKPOINT_PREFIX) and suffix.isdigit() and is_complete(child):
-            steps.append(int(suffix))
+        step = checkpoint_step(child.name)
+        if step is not None and is_complete(child):
+            steps.append(step)
     return sorted(steps)
 
 
@@ -165,8 +168,8 @@ def reconcile(checkpoints_dir: Path, declared: Iterable[int], *, remove: bool = 
         for child in sorted(checkpoints_dir.iterdir()):
             if not child.is_dir() or not child.name.startswith(CHECKPOINT_PREFIX):
                 continue
-            step = child.name.removeprefix(CHECKPOINT_PREFIX)
-            if step.isdigit() and int(step) in resumable:
+            step = checkpoint_step(child.name)
+            if step is not None and step in resumable:
                 continue
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child.name)

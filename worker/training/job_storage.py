@@ -27,20 +27,22 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from shared.core.config import Settings
-from shared.core.storage import Store, job_key, open_store
-from worker.training import checkpoints
-from worker.training.checkpoints import (
+from shared.core.storage import Store, open_store
+from shared.wire.job_folder import (
     CHECKPOINT_PREFIX,
+    CHECKPOINTS,
     LOG_DIR,
     PARTIAL_SUFFIX,
     STATE_FILE,
-    CheckpointConflict,
-    Reconciled,
+    checkpoint_name,
+    checkpoint_step,
+    job_key,
 )
+from worker.training import checkpoints
+from worker.training.checkpoints import CheckpointConflict, Reconciled
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
 WAIT_POLL_S = 0.5
 
 
@@ -121,9 +123,9 @@ class JobStorage:
         steps = set()
         for stored in self.store.list(self._key(CHECKPOINTS)):
             parts = PurePosixPath(stored.path).parts
-            step = parts[0].removeprefix(CHECKPOINT_PREFIX)
-            if len(parts) == 2 and parts[1] == STATE_FILE and step.isdigit():
-                steps.add(int(step))
+            step = checkpoint_step(parts[0])
+            if len(parts) == 2 and parts[1] == STATE_FILE and step is not None:
+                steps.add(step)
         return sorted(steps)
 
     def rotate(self, *, keep: int | None, best_step: int | None) -> list[int]:
@@ -158,7 +160,7 @@ class JobStorage:
 
     def _remove(self, steps: Iterable[int]) -> None:
         for step in steps:
-            name = f"{CHECKPOINT_PREFIX}{step}"
+            name = checkpoint_name(step)
             self.store.delete(self._key(f"{CHECKPOINTS}/{name}"))
             shutil.rmtree(self.checkpoints_dir / name, ignore_errors=True)
 
@@ -200,8 +202,7 @@ class JobStorage:
             if self.checkpoints_dir.is_dir():
                 names |= {child.name for child in self.checkpoints_dir.iterdir() if child.is_dir()}
             for name in sorted(names):
-                step = name.removeprefix(CHECKPOINT_PREFIX)
-                if name.startswith(CHECKPOINT_PREFIX) and not (step.isdigit() and int(step) in resumable):
+                if name.startswith(CHECKPOINT_PREFIX) and checkpoint_step(name) not in resumable:
                     self.store.delete(self._key(f"{CHECKPOINTS}/{name}"))
                     shutil.rmtree(self.checkpoints_dir / name, ignore_errors=True)
                     removed.append(name)

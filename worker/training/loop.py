@@ -27,6 +27,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, get_scheduler
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from shared.core.config import Settings
 from shared.core.errors import JobFailed
@@ -105,146 +106,87 @@ def run_training(
             init_kwargs=tracking.init_kwargs(output_dir),
         )
     try:
+        report = MainProcessReporter(reporter, accelerator)
         if precision.warning:
-            MainProcessReporter(reporter, accelerator).log(
+            report.log(
                 precision.warning, level="warning", data={"mixed_precision": precision.mixed_precision}
             )
+        job = _Job(
+            spec=spec,
+            settings=settings,
+            accelerator=accelerator,
+            storage=storage,
+            report=report,
+            stop_requested=stop_requested,
+        )
         with deterministic_kernels(spec.use_deterministic_algorithms):
-            return _train(spec, settings, accelerator, storage, reporter, resume_from, stop_requested)
+            return _train(job, resume_from)
     finally:
         if trackers:
             accelerator.end_training()
 
 
-def _train(
-    spec: JobSpec,
-    settings: Settings,
-    accelerator: Accelerator,
-    storage: JobStorage,
-    reporter: Reporter,
-    resume_from: Path | None,
-    stop_requested: Callable[[], bool],
-) -> dict[str, Any]:
+def _train(job: _Job, resume_from: Path | None) -> dict[str, Any]:
     """nlp_example's `training_function`: set up, then per epoch train → evaluate → save; outputs."""
-    report = MainProcessReporter(reporter, accelerator)
-    seed = _seed(spec, report)
-    # The data: the task's rows, tokenised (and cached), in batches.
-    model_source = resolve_model(spec.model_name_or_path, settings, registered=spec.registered_model)
-    tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
-    raw = load_raw_data(spec, settings, model_folder=model_source)
-    num_labels = 1 if raw.is_regression else len(raw.label_names or ())
-    plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
-    ranking = _ranking_metric(plan, spec.metric_for_best_model)
-    data = _tokenize(accelerator, raw, tokenizer, spec, settings.cache_dir, report)
+    spec = job.spec
+    seed = _seed(spec, job.report)
+    inputs = _load_inputs(job)
     if not spec.trains:
-        model = _build_model(model_source, spec, raw, num_labels)
-        return _without_training(
-            spec, settings, accelerator, storage, report, model, tokenizer, raw, data, plan, stop_requested
-        )
-    train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
-        data,
-        tokenizer,
-        pad_to_max_length=spec.pad_to_max_length,
-        group_by_length=spec.group_by_length,
-        shuffle_length_groups=spec.shuffle_length_groups,
-        group_eval_by_length=spec.group_eval_by_length,
-        train_batch_size=spec.per_device_train_batch_size,
-        eval_batch_size=spec.per_device_eval_batch_size,
-        seed=seed,
-        pad_to_multiple_of=pad_multiple(accelerator),
-    )
-    # The model, its optimizer and learning-rate schedule, prepared for this machine's processes.
-    model = _build_model(model_source, spec, raw, num_labels)
-    masks = fast_dropout.for_job(model, spec.fast_dropout, accelerator, seed=seed, report=report)
-    counts = log_model(model, accelerator, report)
-    optimizer = make_optimizer(
-        model,
-        spec.optim,
-        learning_rate=spec.learning_rate,
-        weight_decay=spec.weight_decay,
-        betas=(spec.adam_beta1, spec.adam_beta2),
-        eps=spec.adam_epsilon,
-    )
-    model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
-        model, optimizer, train_dataloader, *eval_dataloaders.values()
-    )
-    keep_model_files_in_checkpoints(accelerator, tokenizer)
-    # The script's arithmetic, counted after `prepare` shards the batches; a prepared scheduler steps
-    # once per process per update, hence the factors (as in the script).
-    schedule = spec_schedule(spec, len(train_dataloader))
-    lr_scheduler = accelerator.prepare(
-        get_scheduler(
-            name=spec.lr_scheduler_type,
-            optimizer=optimizer,
-            num_warmup_steps=schedule.warmup_steps * accelerator.num_processes,
-            num_training_steps=schedule.max_train_steps * accelerator.num_processes,
-        )
-    )
-    progress = Progress(schedule.steps_per_epoch, ranking=ranking, greater=spec.greater_is_better)
-    saved = RunCheckpoints(
-        accelerator,
-        storage,
-        progress,
-        report,
-        keep=spec.save_total_limit,
-        check_room=partial(check_room, settings),
-    )
-    evaluations = {
-        split: (loader, eval_orders[split])
-        for split, loader in zip(eval_dataloaders, prepared_evals, strict=True)
-    }
-    run = _Run(
-        spec=spec,
-        accelerator=accelerator,
-        model=model,
-        evaluations=evaluations,
-        plan=plan,
-        progress=progress,
-        meter=Meter(accelerator),
-        report=report,
-        optimizer=optimizer,
-        lr_scheduler=lr_scheduler,
-        schedule=schedule,
-        saved=saved,
-        masks=masks,
-    )
+        return _without_training(job, inputs)
+    run = _prepare(job, inputs, seed=seed)
     start_epoch, skip = 0, 0
     if resume_from is not None:
-        start_epoch, skip = saved.resume(resume_from, accumulation=spec.gradient_accumulation_steps)
-    log_schedule(spec, schedule, accelerator, report)
+        start_epoch, skip = run.saved.resume(resume_from, accumulation=spec.gradient_accumulation_steps)
+    log_schedule(spec, run.schedule, job.accelerator, job.report)
 
     # The loop: per epoch, train → evaluate → log → save (the last two also every so many steps).
-    for epoch in range(start_epoch, schedule.num_epochs):
+    for epoch in range(start_epoch, run.schedule.num_epochs):
         batches = epoch_batches(
-            accelerator,
-            train_dataloader,
-            length_sampler,
+            job.accelerator,
+            run.train_dataloader,
+            run.length_sampler,
             seed=seed,
             epoch=epoch,
             skip=skip if epoch == start_epoch else 0,
         )
-        if _train_epoch(run, batches, stop_requested):
+        if _train_epoch(run, batches, job.stop_requested):
             break
-    if spec.evaluates and progress.last_eval_step != progress.completed_steps:
+    if spec.evaluates and run.progress.last_eval_step != run.progress.completed_steps:
         _evaluate_all(run)  # so that every run ends with the metrics of its final weights
-
-    final_metrics = outputs.final_model(accelerator, model, tokenizer, spec, progress, saved, report, storage)
-    outputs.write_predictions(accelerator, model, tokenizer, spec, settings, raw, data, report, storage)
-    saved.uploads.wait()  # the run ends once every checkpoint it saved is uploaded and declared
-    return outputs.summary(
-        accelerator,
-        model,
-        progress,
-        run.meter,
-        final_metrics,
-        parameter_counts=counts,
-        peak_flops=settings.peak_flops,
-        output_dir=storage.local,
-        tokenized_from_cache=data.cache_hit,
-    )
+    return _save_outputs(job, inputs, run)
 
 
-@dataclass
+# ---------------------------------------------------------------------------------------------------
+# Set-up: the seed, the data, the model, its optimizer and schedule, prepared
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Job:
+    """What every part of one job reads, from the data to the summary (nlp_example: its arguments)."""
+
+    spec: JobSpec
+    settings: Settings
+    accelerator: Accelerator
+    storage: JobStorage  # where checkpoints and the final model go
+    report: MainProcessReporter
+    stop_requested: Callable[[], bool]  # asked after every optimizer step (the worker shutting down)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    """The job's rows, tokenised, and what reading them told: everything before the model is built."""
+
+    model_source: str  # where this worker found the model (resolve_model)
+    tokenizer: PreTrainedTokenizerBase
+    raw: RawData
+    data: TokenizedData
+    num_labels: int
+    plan: MetricPlan  # the metrics an evaluation computes
+    ranking: str  # the metric that ranks evaluations
+
+
+@dataclass(kw_only=True)
 class _Evaluator:
     """What an evaluation needs once the model and its loaders are prepared."""
 
@@ -258,92 +200,177 @@ class _Evaluator:
     report: MainProcessReporter
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Run(_Evaluator):
     """What the loop's steps share once everything is prepared (nlp_example keeps them in locals)."""
 
+    train_dataloader: Any  # prepared: sharded across the processes
+    length_sampler: LengthGroupedSampler | None  # group_by_length's sampler, reseeded every epoch
     optimizer: torch.optim.Optimizer
     lr_scheduler: Any
     schedule: Schedule
     saved: RunCheckpoints
     masks: fast_dropout.MaskSource | None  # the dropout layers' generator under fast_dropout
+    parameter_counts: dict[str, Any]  # log_model's, for the summary
 
 
-# ---------------------------------------------------------------------------------------------------
-# A job that does not train (do_train false)
-# ---------------------------------------------------------------------------------------------------
+def _seed(spec: JobSpec, report: MainProcessReporter) -> int:
+    assert spec.seed is not None, "the API records a seed on every job"
+    set_seed(spec.seed)
+    if spec.use_deterministic_algorithms:
+        environment = {name: os.environ.get(name) for name in DETERMINISTIC_ENVIRONMENT}
+        report.log(
+            "deterministic algorithms on; "
+            + ", ".join(f"{name}={value}" for name, value in environment.items()),
+            data=environment,
+        )
+    return spec.seed
 
 
-def _without_training(
-    spec: JobSpec,
-    settings: Settings,
-    accelerator: Accelerator,
-    storage: JobStorage,
-    report: MainProcessReporter,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    raw: RawData,
-    data: TokenizedData,
-    plan: MetricPlan,
-    stop_requested: Callable[[], bool],
-) -> dict[str, Any]:
-    """An evaluation or prediction job: the model as loaded, evaluated once (do_eval) and/or predicting
-    (do_predict, test_file); no optimizer, no step, no checkpoint, no model saved (it is the one loaded).
-    A stop request (the worker shutting down) is honoured between two evaluation batches (Preempted,
-    no checkpoint); a cancel stops the process at once (SIGINT), as for any job.
-
-    The evaluation's rows are numbered step 0, epoch 0: the weights have had no optimizer step in this
-    job, as Trainer numbers an evaluation before training."""
-    counts = log_model(model, accelerator, report)
-    collate = collator(
-        tokenizer, pad_to_max_length=spec.pad_to_max_length, pad_to_multiple_of=pad_multiple(accelerator)
+def _load_inputs(job: _Job) -> _Inputs:
+    """The data: the task's rows, read where the job says and tokenised (and cached)."""
+    spec, settings = job.spec, job.settings
+    model_source = resolve_model(spec.model_name_or_path, settings, registered=spec.registered_model)
+    tokenizer = load_tokenizer(model_source, use_slow_tokenizer=spec.use_slow_tokenizer)
+    raw = load_raw_data(spec, settings, model_folder=model_source)
+    num_labels = 1 if raw.is_regression else len(raw.label_names or ())
+    plan = metric_plan(spec.task_name, is_regression=raw.is_regression, num_labels=num_labels)
+    ranking = _ranking_metric(plan, spec.metric_for_best_model)  # refused before the tokenising
+    return _Inputs(
+        model_source=model_source,
+        tokenizer=tokenizer,
+        raw=raw,
+        data=_tokenize(job, raw, tokenizer),
+        num_labels=num_labels,
+        plan=plan,
+        ranking=ranking,
     )
-    loaders, orders = eval_dataloaders(
-        data,
-        collate,
+
+
+def _ranking_metric(plan: MetricPlan, requested: str | None) -> str:
+    """The metric that ranks evaluations; a job on its own files learns only here what its data reports."""
+    try:
+        return ranking_metric(plan, requested)
+    except ValueError as exc:
+        raise JobFailed(str(exc), field="metric_for_best_model") from exc
+
+
+def _tokenize(job: _Job, raw: RawData, tokenizer: PreTrainedTokenizerBase) -> TokenizedData:
+    spec = job.spec
+    with job.accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
+        data = tokenize_data(
+            raw,
+            tokenizer,
+            max_length=spec.max_length,
+            pad_to_max_length=spec.pad_to_max_length,
+            cache_dir=job.settings.cache_dir,
+        )
+    job.report.log(
+        (f"data: {len(data.train)} training rows, " if data.train is not None else "data: ")
+        + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
+        + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
+        data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
+    )
+    return data
+
+
+def _prepare(job: _Job, inputs: _Inputs, *, seed: int) -> _Run:
+    """The loaders, the model, its optimizer and learning-rate schedule, prepared for this machine's
+    processes, in nlp_example's order (the model is built after the loaders, as the seed's draws
+    always were); the checkpoints the run saves and resumes from."""
+    spec, accelerator, report = job.spec, job.accelerator, job.report
+    train_dataloader, eval_dataloaders, length_sampler, eval_orders = make_dataloaders(
+        inputs.data,
+        inputs.tokenizer,
+        pad_to_max_length=spec.pad_to_max_length,
+        group_by_length=spec.group_by_length,
+        shuffle_length_groups=spec.shuffle_length_groups,
         group_eval_by_length=spec.group_eval_by_length,
+        train_batch_size=spec.per_device_train_batch_size,
         eval_batch_size=spec.per_device_eval_batch_size,
+        seed=seed,
+        pad_to_multiple_of=pad_multiple(accelerator),
     )
-    # prepare() hands one object back bare, several as a tuple (a prediction job has no loader here).
-    model, *prepared = (
-        accelerator.prepare(model, *loaders.values()) if loaders else (accelerator.prepare(model),)
+    model = _build_model(inputs.model_source, spec, inputs.raw, inputs.num_labels)
+    masks = fast_dropout.for_job(model, spec.fast_dropout, accelerator, seed=seed, report=report)
+    counts = log_model(model, accelerator, report)
+    optimizer = make_optimizer(
+        model,
+        spec.optim,
+        learning_rate=spec.learning_rate,
+        weight_decay=spec.weight_decay,
+        betas=(spec.adam_beta1, spec.adam_beta2),
+        eps=spec.adam_epsilon,
     )
-    model.eval()
-    evaluator = _Evaluator(
+    model, optimizer, train_dataloader, *prepared_evals = accelerator.prepare(
+        model, optimizer, train_dataloader, *eval_dataloaders.values()
+    )
+    keep_model_files_in_checkpoints(accelerator, inputs.tokenizer)
+    # The script's arithmetic, counted after `prepare` shards the batches; a prepared scheduler steps
+    # once per process per update, hence the factors (as in the script).
+    schedule = spec_schedule(spec, len(train_dataloader))
+    lr_scheduler = accelerator.prepare(
+        get_scheduler(
+            name=spec.lr_scheduler_type,
+            optimizer=optimizer,
+            num_warmup_steps=schedule.warmup_steps * accelerator.num_processes,
+            num_training_steps=schedule.max_train_steps * accelerator.num_processes,
+        )
+    )
+    progress = Progress(schedule.steps_per_epoch, ranking=inputs.ranking, greater=spec.greater_is_better)
+    saved = RunCheckpoints(
+        accelerator,
+        job.storage,
+        progress,
+        report,
+        keep=spec.save_total_limit,
+        check_room=partial(check_room, job.settings),
+    )
+    return _Run(
         spec=spec,
         accelerator=accelerator,
         model=model,
-        evaluations={split: (loader, orders[split]) for split, loader in zip(loaders, prepared, strict=True)},
-        plan=plan,
-        progress=Progress(
-            1, ranking=_ranking_metric(plan, spec.metric_for_best_model), greater=spec.greater_is_better
-        ),
+        evaluations={
+            split: (loader, eval_orders[split])
+            for split, loader in zip(eval_dataloaders, prepared_evals, strict=True)
+        },
+        plan=inputs.plan,
+        progress=progress,
         meter=Meter(accelerator),
         report=report,
-    )
-    what = " and ".join(
-        w for w, asked in (("evaluating", spec.do_eval), ("predicting", spec.do_predict)) if asked
-    )
-    report.log(
-        f"no training (do_train false): {what or 'predicting test_file'} with the model as loaded, on "
-        f"{accelerator.device}, mixed precision {accelerator.mixed_precision}",
-        data={"job_kind": job_kind(spec)},
-    )
-    stop = functools.partial(_stop_agreed, accelerator, stop_requested)
-    final_metrics = _evaluate_all(evaluator, stop=stop) if spec.do_eval and evaluator.evaluations else {}
-    storage.local.mkdir(parents=True, exist_ok=True)  # where predictions go (a training job's model made it)
-    if spec.save_merged_model:  # a LoRA job's adapter, merged into its base as this job loaded it
-        outputs.save_merged_source(accelerator, model, tokenizer, spec, report, storage)
-    started = time.perf_counter()
-    outputs.write_predictions(accelerator, model, tokenizer, spec, settings, raw, data, report, storage)
-    return outputs.evaluation_summary(
-        accelerator,
-        final_metrics,
+        train_dataloader=train_dataloader,
+        length_sampler=length_sampler,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        schedule=schedule,
+        saved=saved,
+        masks=masks,
         parameter_counts=counts,
-        eval_runtime_s=evaluator.meter.eval_seconds,
-        predict_runtime_s=time.perf_counter() - started,
-        eval_rows={split: len(rows) for split, rows in data.evals.items()},
-        tokenized_from_cache=data.cache_hit,
+    )
+
+
+def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int) -> Any:
+    model = load_model(
+        model_source,
+        num_labels=num_labels,
+        label_names=raw.label_names,
+        task_name=spec.task_name,
+        cls_dropout=spec.cls_dropout,
+        ignore_mismatched_sizes=spec.ignore_mismatched_sizes,
+    )
+    # The name the job gave, not this worker's path to it: PEFT names the base by it in the adapter's
+    # adapter_config.json and model card, so that a downloaded adapter finds its base elsewhere.
+    model.name_or_path = model.config.name_or_path = spec.model_name_or_path
+    if spec.freeze_word_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
+    if not spec.apply_lora:
+        return model
+    return apply_lora(
+        model,
+        r=spec.lora_r,
+        alpha=spec.lora_alpha,
+        dropout=spec.lora_dropout,
+        target_modules=spec.lora_target_modules,
     )
 
 
@@ -535,77 +562,111 @@ def evaluate(
     return metrics
 
 
-def _ranking_metric(plan: MetricPlan, requested: str | None) -> str:
-    """The metric that ranks evaluations; a job on its own files learns only here what its data reports."""
-    try:
-        return ranking_metric(plan, requested)
-    except ValueError as exc:
-        raise JobFailed(str(exc), field="metric_for_best_model") from exc
-
-
 # ---------------------------------------------------------------------------------------------------
-# Set-up helpers
+# Outputs: the final model, predictions, the summary (outputs.py)
 # ---------------------------------------------------------------------------------------------------
 
 
-def _seed(spec: JobSpec, report: MainProcessReporter) -> int:
-    assert spec.seed is not None, "the API records a seed on every job"
-    set_seed(spec.seed)
-    if spec.use_deterministic_algorithms:
-        environment = {name: os.environ.get(name) for name in DETERMINISTIC_ENVIRONMENT}
-        report.log(
-            "deterministic algorithms on; "
-            + ", ".join(f"{name}={value}" for name, value in environment.items()),
-            data=environment,
-        )
-    return spec.seed
+def _save_outputs(job: _Job, inputs: _Inputs, run: _Run) -> dict[str, Any]:
+    """The final model and the predictions saved, every checkpoint declared; the run's summary."""
+    out = _model_outputs(job, inputs, run.model)
+    final_metrics = outputs.final_model(out, progress=run.progress, saved=run.saved)
+    outputs.write_predictions(out, settings=job.settings, raw=inputs.raw, data=inputs.data)
+    run.saved.uploads.wait()  # the run ends once every checkpoint it saved is uploaded and declared
+    return outputs.summary(
+        out,
+        progress=run.progress,
+        meter=run.meter,
+        final_metrics=final_metrics,
+        parameter_counts=run.parameter_counts,
+        peak_flops=job.settings.peak_flops,
+        tokenized_from_cache=inputs.data.cache_hit,
+    )
 
 
-def _tokenize(
-    accelerator: Accelerator,
-    raw: RawData,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    cache_dir: Path,
-    report: MainProcessReporter,
-) -> TokenizedData:
-    with accelerator.main_process_first():  # rank 0 tokenises and fills the cache; the others read it
-        data = tokenize_data(
-            raw,
-            tokenizer,
-            max_length=spec.max_length,
-            pad_to_max_length=spec.pad_to_max_length,
-            cache_dir=cache_dir,
-        )
+def _model_outputs(job: _Job, inputs: _Inputs, model: Any) -> outputs.ModelOutputs:
+    return outputs.ModelOutputs(
+        accelerator=job.accelerator,
+        model=model,
+        tokenizer=inputs.tokenizer,
+        spec=job.spec,
+        report=job.report,
+        storage=job.storage,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# A job that does not train (do_train false)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _without_training(job: _Job, inputs: _Inputs) -> dict[str, Any]:
+    """An evaluation or prediction job: the model as loaded, evaluated once (do_eval) and/or predicting
+    (do_predict, test_file); no optimizer, no step, no checkpoint, no model saved (it is the one loaded).
+    A stop request (the worker shutting down) is honoured between two evaluation batches (Preempted,
+    no checkpoint); a cancel stops the process at once (SIGINT), as for any job.
+
+    The evaluation's rows are numbered step 0, epoch 0: the weights have had no optimizer step in this
+    job, as Trainer numbers an evaluation before training."""
+    spec, accelerator, report = job.spec, job.accelerator, job.report
+    model = _build_model(inputs.model_source, spec, inputs.raw, inputs.num_labels)
+    counts = log_model(model, accelerator, report)
+    evaluator = _prepare_evaluation(job, inputs, model)
+    what = " and ".join(
+        w for w, asked in (("evaluating", spec.do_eval), ("predicting", spec.do_predict)) if asked
+    )
     report.log(
-        (f"data: {len(data.train)} training rows, " if data.train is not None else "data: ")
-        + ", ".join(f"{len(ds)} {split} rows" for split, ds in data.evals.items())
-        + (" (tokenised rows from the cache)" if data.cache_hit else " (tokenised and cached)"),
-        data={"cache_hit": data.cache_hit, "cache_key": data.cache_key},
+        f"no training (do_train false): {what or 'predicting test_file'} with the model as loaded, on "
+        f"{accelerator.device}, mixed precision {accelerator.mixed_precision}",
+        data={"job_kind": job_kind(spec)},
     )
-    return data
+    stop = functools.partial(_stop_agreed, accelerator, job.stop_requested)
+    final_metrics = _evaluate_all(evaluator, stop=stop) if spec.do_eval and evaluator.evaluations else {}
+    job.storage.local.mkdir(
+        parents=True, exist_ok=True
+    )  # where predictions go (a training job's model made it)
+    out = _model_outputs(job, inputs, evaluator.model)
+    if spec.save_merged_model:  # a LoRA job's adapter, merged into its base as this job loaded it
+        outputs.save_merged_source(out)
+    started = time.perf_counter()
+    outputs.write_predictions(out, settings=job.settings, raw=inputs.raw, data=inputs.data)
+    return outputs.evaluation_summary(
+        accelerator,
+        final_metrics=final_metrics,
+        parameter_counts=counts,
+        eval_runtime_s=evaluator.meter.eval_seconds,
+        predict_runtime_s=time.perf_counter() - started,
+        eval_rows={split: len(rows) for split, rows in inputs.data.evals.items()},
+        tokenized_from_cache=inputs.data.cache_hit,
+    )
 
 
-def _build_model(model_source: str, spec: JobSpec, raw: RawData, num_labels: int) -> Any:
-    model = load_model(
-        model_source,
-        num_labels=num_labels,
-        label_names=raw.label_names,
-        task_name=spec.task_name,
-        cls_dropout=spec.cls_dropout,
-        ignore_mismatched_sizes=spec.ignore_mismatched_sizes,
+def _prepare_evaluation(job: _Job, inputs: _Inputs, model: Any) -> _Evaluator:
+    """The model as loaded and the evaluation splits' loaders, prepared; the model in eval mode."""
+    spec, accelerator = job.spec, job.accelerator
+    collate = collator(
+        inputs.tokenizer,
+        pad_to_max_length=spec.pad_to_max_length,
+        pad_to_multiple_of=pad_multiple(accelerator),
     )
-    # The name the job gave, not this worker's path to it: PEFT names the base by it in the adapter's
-    # adapter_config.json and model card, so that a downloaded adapter finds its base elsewhere.
-    model.name_or_path = model.config.name_or_path = spec.model_name_or_path
-    if spec.freeze_word_embeddings:
-        model.get_input_embeddings().weight.requires_grad_(False)
-    if not spec.apply_lora:
-        return model
-    return apply_lora(
-        model,
-        r=spec.lora_r,
-        alpha=spec.lora_alpha,
-        dropout=spec.lora_dropout,
-        target_modules=spec.lora_target_modules,
+    loaders, orders = eval_dataloaders(
+        inputs.data,
+        collate,
+        group_eval_by_length=spec.group_eval_by_length,
+        eval_batch_size=spec.per_device_eval_batch_size,
+    )
+    # prepare() hands one object back bare, several as a tuple (a prediction job has no loader here).
+    model, *prepared = (
+        accelerator.prepare(model, *loaders.values()) if loaders else (accelerator.prepare(model),)
+    )
+    model.eval()
+    return _Evaluator(
+        spec=spec,
+        accelerator=accelerator,
+        model=model,
+        evaluations={split: (loader, orders[split]) for split, loader in zip(loaders, prepared, strict=True)},
+        plan=inputs.plan,
+        progress=Progress(1, ranking=inputs.ranking, greater=spec.greater_is_better),
+        meter=Meter(accelerator),
+        report=job.report,
     )

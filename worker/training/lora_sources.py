@@ -29,9 +29,9 @@ import torch
 
 from shared.core.config import Settings
 from shared.core.errors import JobFailed
-from shared.jobspec.job_sources import MANIFEST_NAME
 from shared.jobspec.registered_models import RegisteredModel
 from shared.model_folders.uploads import is_tokenizer_file
+from shared.wire.job_folder import MANIFEST_NAME
 
 ADAPTER_CONFIG = "adapter_config.json"
 _NOT_TOKENIZER = {ADAPTER_CONFIG, MANIFEST_NAME, "config.json"}

@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 from shared.data.local_copies import sha256_of_file
-from shared.jobspec.job_sources import MANIFEST_NAME, is_model_file
+from shared.jobspec.job_sources import is_model_file
 from shared.jobspec.registered_models import ManifestFile, manifest_bytes
+from shared.wire.job_folder import MANIFEST_NAME
 
 
 def write_model_manifest(folder: Path) -> list[ManifestFile]:

@@ -5,7 +5,7 @@ the job's `result`."""
 from __future__ import annotations
 
 import resource
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,40 +31,39 @@ from worker.training.progress import Progress
 from worker.training.reporter import MainProcessReporter
 
 
-def final_model(
-    accelerator: Accelerator,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    progress: Progress,
-    saved: RunCheckpoints,
-    report: MainProcessReporter,
-    storage: JobStorage,
-) -> dict[str, float]:
+@dataclass(frozen=True, kw_only=True)
+class ModelOutputs:
+    """What every output of a run reads: the model as prepared, its tokenizer, the job's spec, where
+    its files go and where it says what it wrote (one value rather than the same six arguments to
+    each function here)."""
+
+    accelerator: Accelerator
+    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    spec: JobSpec
+    report: MainProcessReporter
+    storage: JobStorage
+
+
+def final_model(out: ModelOutputs, *, progress: Progress, saved: RunCheckpoints) -> dict[str, float]:
     """Save the final model (the best checkpoint's, on request); the evaluation of its weights."""
     final_metrics = progress.eval_metrics.get(progress.completed_steps, {})
-    if spec.load_best_model_at_end and progress.best_step is not None:
+    if out.spec.load_best_model_at_end and progress.best_step is not None:
         saved.load_best()
         final_metrics = progress.eval_metrics.get(progress.best_step, final_metrics)
-        report.log(
+        out.report.log(
             f"loaded the best checkpoint (step {progress.best_step}, {progress.ranking} "
             f"{progress.best_value:.4f}) for the final model"
         )
-    _save_final_model(accelerator, model, tokenizer, spec, report, storage)
+    _save_final_model(out)
     return final_metrics
 
 
-def _save_final_model(
-    accelerator: Accelerator,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    report: MainProcessReporter,
-    storage: JobStorage,
-) -> None:
-    output_dir, job_id = storage.local, storage.job_id
+def _save_final_model(out: ModelOutputs) -> None:
+    accelerator, tokenizer, spec, report = out.accelerator, out.tokenizer, out.spec, out.report
+    output_dir, job_id = out.storage.local, out.storage.job_id
     accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model)
+    unwrapped = accelerator.unwrap_model(out.model)
     if accelerator.is_main_process:
         # LoRA: this saves the adapter (and the trained classifier), not the frozen backbone.
         save_model_files(unwrapped, tokenizer, output_dir)
@@ -81,18 +80,12 @@ def _save_final_model(
     accelerator.wait_for_everyone()
 
 
-def save_merged_source(
-    accelerator: Accelerator,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    report: MainProcessReporter,
-    storage: JobStorage,
-) -> None:
+def save_merged_source(out: ModelOutputs) -> None:
     """A job with do_train false and save_merged_model: the LoRA job's adapter it loaded (merged into
     its base: worker/training/lora_sources.py), saved as a full model in merged/ with this job's label names,
     beside its manifest, as a LoRA job's merged model is: a merge on request of any LoRA job's final
     adapter or checkpoint."""
+    accelerator, spec = out.accelerator, out.spec
     if not is_adapter(spec.registered_model):
         raise JobFailed(
             f"save_merged_model: {spec.model_name_or_path} is not a LoRA job's adapter but a full model "
@@ -101,27 +94,20 @@ def save_merged_source(
         )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        merged_dir = storage.local / "merged"
-        save_model_files(accelerator.unwrap_model(model), tokenizer, merged_dir)
-        report.log(f"saved the adapter merged into its base: {artifact_path(storage.job_id, 'merged')}/…")
+        merged_dir = out.storage.local / "merged"
+        save_model_files(accelerator.unwrap_model(out.model), out.tokenizer, merged_dir)
+        out.report.log(
+            f"saved the adapter merged into its base: {artifact_path(out.storage.job_id, 'merged')}/…"
+        )
     accelerator.wait_for_everyone()
 
 
-def write_predictions(
-    accelerator: Accelerator,
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    spec: JobSpec,
-    settings: Settings,
-    raw: RawData,
-    data: TokenizedData,
-    report: MainProcessReporter,
-    storage: JobStorage,
-) -> None:
+def write_predictions(out: ModelOutputs, *, settings: Settings, raw: RawData, data: TokenizedData) -> None:
     """GLUE's submission file(s) for the task's test split, and test_file's predictions."""
-    output_dir, job_id = storage.local, storage.job_id
+    accelerator, model, tokenizer, spec = out.accelerator, out.model, out.tokenizer, out.spec
+    output_dir, job_id = out.storage.local, out.storage.job_id
     if spec.predicts_glue_test:
-        write_glue_submission(accelerator, model, tokenizer, spec, settings, output_dir, report.log)
+        write_glue_submission(accelerator, model, tokenizer, spec, settings, output_dir, out.report.log)
     if data.test is None:
         return
     # Like run_glue.py's predict_results file.
@@ -143,20 +129,20 @@ def write_predictions(
     if accelerator.is_main_process:
         path = output_dir / "predict_results.tsv"
         label_names = raw.label_names
-        with path.open("w") as out:
-            out.write("index\tprediction\n")
+        with path.open("w") as tsv:
+            tsv.write("index\tprediction\n")
             for index, row in enumerate(logits):
                 if label_names is None:
-                    out.write(f"{index}\t{float(row[0]):.3f}\n")
+                    tsv.write(f"{index}\t{float(row[0]):.3f}\n")
                 else:
-                    out.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
-        report.log(f"wrote {len(logits)} test predictions: {artifact_path(job_id, path.name)}")
+                    tsv.write(f"{index}\t{label_names[int(np.argmax(row))]}\n")
+        out.report.log(f"wrote {len(logits)} test predictions: {artifact_path(job_id, path.name)}")
 
 
 def evaluation_summary(
     accelerator: Accelerator,
-    final_metrics: dict[str, float],
     *,
+    final_metrics: dict[str, float],
     parameter_counts: dict[str, Any],
     eval_runtime_s: float,
     predict_runtime_s: float,
@@ -182,27 +168,26 @@ def evaluation_summary(
 
 
 def summary(
-    accelerator: Accelerator,
-    model: Any,
+    out: ModelOutputs,
+    *,
     progress: Progress,
     meter: Meter,
     final_metrics: dict[str, float],
-    *,
     parameter_counts: dict[str, Any],
     peak_flops: float | None,
-    output_dir: Path,
     tokenized_from_cache: bool,
 ) -> dict[str, Any]:
     """The run's summary: the job's `result`."""
+    accelerator = out.accelerator
     return {
         **parameter_counts,
         "completed_steps": progress.completed_steps,
         "epochs": progress.epoch,
         "stopped_early": progress.stopped_early,
-        **meter.summary(accelerator.unwrap_model(model), peak_flops),
+        **meter.summary(accelerator.unwrap_model(out.model), peak_flops),
         "final_metrics": final_metrics,
         "best_step": progress.best_step,
-        "model_dir": str(output_dir),
+        "model_dir": str(out.storage.local),
         "tokenized_from_cache": tokenized_from_cache,
         "num_processes": accelerator.num_processes,
         "device": str(accelerator.device),
