@@ -12,8 +12,9 @@
 FROM python:3.11-slim AS wheels
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md hatch_build.py /src/
 COPY gluejobs /src/gluejobs
+COPY gluejobs_server /src/gluejobs_server
 COPY server /src/server
 COPY alembic /src/alembic
 COPY shared /src/shared

@@ -4,10 +4,12 @@ modules of shared/ that its command line reads (the job spec, its tasks and name
 The client must not install a top-level `shared` (a generic name that collides with other projects),
 and the repository keeps those modules in shared/, where the API and the workers import them as
 `shared.…`. So the wheel carries them as gluejobs/_shared/, with their `shared.` imports, and the
-client modules' module-level ones, pointed there. Which modules: every shared module that the client's
-modules import at module level, and what those import in turn (the closure, found by reading the
-imports; imports inside functions of gluejobs/ are the server's parts: `gluejobs serve`, `migrate`,
-the demo). In the repository and an editable install nothing is rewritten: `shared` is the real one.
+client modules' ones, pointed there. Which modules: every shared module that the client's modules
+import, and what those import in turn (the closure, found by reading the imports, those inside
+functions too). The client holds nothing of the server: `gluejobs serve`, `worker`, `migrate` and
+`demo` are gluejobs-server's (gluejobs_server/), and tests/project/test_imports.py keeps gluejobs/ off
+service/ and worker/. In the repository and an editable install nothing is rewritten: `shared` is the
+real one.
 """
 
 from __future__ import annotations
@@ -22,19 +24,16 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PRIVATE = "gluejobs._shared"
-# gluejobs modules that start the server's parts and import shared/ for them (installed with it).
-SERVER_SIDE = {"stack.py", "demo.py"}
 SKIPPED = {"__pycache__"}
 SHARED_IMPORT = re.compile(r"^(\s*)(from|import) shared(\.| import )", re.MULTILINE)
 
 
-def shared_imports(source: str, *, module_level_only: bool, root: Path) -> set[str]:
-    """The shared modules `source` imports ("shared.jobspec.spec"), at module level or anywhere.
+def shared_imports(source: str, *, root: Path) -> set[str]:
+    """The shared modules `source` imports ("shared.jobspec.spec"), inside its functions too.
     `from shared.jobspec import suggest` imports the module shared.jobspec.suggest, where one exists."""
     tree = ast.parse(source)
-    nodes = tree.body if module_level_only else list(ast.walk(tree))
     found: set[str] = set()
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == "shared" or node.module.startswith("shared."):
                 for alias in node.names:
@@ -56,8 +55,8 @@ def client_closure(root: Path) -> set[str]:
     subpackages (shared.jobspec) they sit in."""
     wanted: set[str] = set()
     for path in (root / "gluejobs").rglob("*.py"):  # its subpackages (gluejobs/cli/) too
-        if path.name not in SERVER_SIDE and "__pycache__" not in path.parts:
-            wanted |= shared_imports(path.read_text(), module_level_only=True, root=root)
+        if "__pycache__" not in path.parts:
+            wanted |= shared_imports(path.read_text(), root=root)
     closure: set[str] = set()
     while wanted:
         module = wanted.pop()
@@ -65,17 +64,13 @@ def client_closure(root: Path) -> set[str]:
             closure.add(module)
             parts = module.split(".")
             wanted |= {".".join(parts[:depth]) for depth in range(2, len(parts))}
-            wanted |= shared_imports(
-                module_file(root, module).read_text(), module_level_only=False, root=root
-            )
+            wanted |= shared_imports(module_file(root, module).read_text(), root=root)
     return closure
 
 
-def point_at_private_copy(source: str, *, module_level_only: bool) -> str:
-    """`source` with its imports of shared/ (all, or those at module level) pointed at gluejobs._shared."""
-    if not module_level_only:
-        return SHARED_IMPORT.sub(rf"\1\2 {PRIVATE}\3", source)
-    return re.sub(r"^(from|import) shared(\.| import )", rf"\1 {PRIVATE}\2", source, flags=re.MULTILINE)
+def point_at_private_copy(source: str) -> str:
+    """`source` with its imports of shared/ (inside functions too) pointed at gluejobs._shared."""
+    return SHARED_IMPORT.sub(rf"\1\2 {PRIVATE}\3", source)
 
 
 class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
@@ -89,8 +84,8 @@ class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
             relative = path.relative_to(root)
             if not path.is_file() or SKIPPED & set(relative.parts) or path.suffix == ".pyc":
                 continue
-            if path.suffix == ".py" and path.name not in SERVER_SIDE:
-                text = point_at_private_copy(path.read_text(), module_level_only=True)
+            if path.suffix == ".py":
+                text = point_at_private_copy(path.read_text())
                 include[str(self._write(relative, text))] = relative.as_posix()
             else:
                 include[str(path)] = relative.as_posix()
@@ -101,7 +96,7 @@ class ClientWithPrivateSpec(BuildHookInterface):  # type: ignore[type-arg]
         for module in sorted(client_closure(root)):
             source = module_file(root, module)
             target = private / source.relative_to(root / "shared")
-            text = point_at_private_copy(source.read_text(), module_level_only=False)
+            text = point_at_private_copy(source.read_text())
             include[str(self._write(target, text))] = target.as_posix()
 
     def _write(self, relative: Path, text: str) -> Path:

@@ -68,7 +68,7 @@ from bench.harness import (  # noqa: E402
     run_folder,
     scratch_postgres,
 )
-from gluejobs.stack import local_stack  # noqa: E402
+from gluejobs_server.stack import local_stack  # noqa: E402
 from service.accounts import api_keys  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.core.db import Database  # noqa: E402

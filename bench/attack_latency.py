@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.harness import scratch_postgres  # noqa: E402
-from gluejobs.stack import API_COMMAND, local_stack  # noqa: E402
+from gluejobs_server.stack import API_COMMAND, local_stack  # noqa: E402
 from tests.support.kit import ALICE, auth, stack_settings  # noqa: E402
 
 SPEC = {"model_name_or_path": "tiny-bert", "task_name": "sst2"}

@@ -3,7 +3,7 @@
     python bench/eval_chain_bench.py                  # 5 rounds, a tiny BERT, SQLite, one worker
     python bench/eval_chain_bench.py --rounds 10 --eval-rows 512
 
-One API and one worker (gluejobs/stack.py's local_stack; one slot, the warm start as configured,
+One API and one worker (gluejobs_server/stack.py's local_stack; one slot, the warm start as configured,
 on by default), no keys. A source job trains the tiny BERT on SST-2's first 32 rows and is promoted
 to `model:bench-source` (the same bytes: the store writes a manifest, no copy). Then, per round, in
 this order, four jobs:
@@ -44,8 +44,8 @@ import httpx  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from bench.harness import QUICK_JOB, bench_settings, load_average, percentile, run_folder, save_tiny_bert  # noqa: E402
-from gluejobs.demo import demo_model_folder, install_demo_files  # noqa: E402
-from gluejobs.stack import local_stack, stack_environment  # noqa: E402
+from gluejobs_server.demo import demo_model_folder, install_demo_files  # noqa: E402
+from gluejobs_server.stack import local_stack, stack_environment  # noqa: E402
 from shared.core.db import Database, read  # noqa: E402
 from shared.core.tables import JobEvent, JobMetric  # noqa: E402
 

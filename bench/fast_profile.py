@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder  # noqa: E402
-from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
+from gluejobs_server.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
 from shared.jobspec.spec import JobSpec  # noqa: E402
 from worker.training import loop as training  # noqa: E402
 

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.harness import QUIET_API, bench_settings, percentile, run_folder, scratch_postgres  # noqa: E402
-from gluejobs.stack import local_stack  # noqa: E402
+from gluejobs_server.stack import local_stack  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.core.db import Database, read  # noqa: E402
 from shared.core.migrate import upgrade  # noqa: E402

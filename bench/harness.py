@@ -1,6 +1,6 @@
 """What the benchmarks share: their settings, a job run through the API, and their statistics.
 
-They start their stack with gluejobs/stack.py's local_stack (the same harness as `gluejobs demo`
+They start their stack with gluejobs_server/stack.py's local_stack (the same harness as `gluejobs demo`
 and the end-to-end tests), with the tests' settings, tiny model and quick job (tests/support/kit.py).
 """
 

@@ -4,7 +4,7 @@ the API, and a chained job's first step against a job from a registered model of
     python bench/job_sources_bench.py            # moto's S3 on 127.0.0.1 (tests/support/s3_endpoint.py)
     python bench/job_sources_bench.py --store local
 
-One stack (SQLite, the API, no worker: gluejobs/stack.py). The source job is a job finished as a
+One stack (SQLite, the API, no worker: gluejobs_server/stack.py). The source job is a job finished as a
 worker finishes one (tests/dbutil.finish_as_a_worker) whose folder in the store holds MiniLM's files
 (92 MB; no model in the store holds them yet) and the manifest a worker writes beside them
 (worker/training/model_manifest.py: timed here as well). Timed from the client's side: the first `job:N`
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import bench_settings, load_average, run_folder
 from gluejobs import Client
-from gluejobs.demo import demo_model_folder, install_demo_files, register_demo_model
-from gluejobs.stack import local_stack, stack_environment, start_worker, stop
+from gluejobs_server.demo import demo_model_folder, install_demo_files, register_demo_model
+from gluejobs_server.stack import local_stack, stack_environment, start_worker, stop
 from shared.core.db import Database
 from shared.core.storage import open_store
 from shared.wire.job_folder import MANIFEST_NAME, job_key

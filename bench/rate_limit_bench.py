@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.harness import bench_settings, load_average, percentile, run_folder, scratch_postgres  # noqa: E402
-from gluejobs import stack  # noqa: E402
+from gluejobs_server import stack  # noqa: E402
 from service.edge.rate_limits import RateLimits  # noqa: E402
 from shared.core.config import Settings  # noqa: E402
 from shared.core.db import Database  # noqa: E402

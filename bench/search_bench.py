@@ -9,7 +9,7 @@ the same eight learning rates (trial n's draw depends on the seed and n only): o
 from the jobs' own rows: the training steps run (each job's last training or evaluation step) and
 the device-seconds (each job's started_at → finished_at), and the best dev score. The saving is
 1 − pruned / full for both; the best scores are printed side by side with their difference (the
-bar: within 0.3 points). A stack of its own (API + workers, gluejobs/stack.py) in a scratch folder;
+bar: within 0.3 points). A stack of its own (API + workers, gluejobs_server/stack.py) in a scratch folder;
 the machine's load is printed: on a shared machine the seconds move with it, the steps do not.
 """
 
@@ -33,7 +33,7 @@ import httpx  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from bench.harness import bench_settings, load_average, run_folder, save_tiny_bert  # noqa: E402
-from gluejobs.stack import local_stack  # noqa: E402
+from gluejobs_server.stack import local_stack  # noqa: E402
 from shared.core.db import Database  # noqa: E402
 from shared.core.tables import Job, JobMetric  # noqa: E402
 

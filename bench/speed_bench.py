@@ -50,8 +50,8 @@ from bench.harness import (  # noqa: E402
     run_job,
     save_tiny_bert,
 )
-from gluejobs.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
-from gluejobs.stack import local_stack, stack_environment  # noqa: E402
+from gluejobs_server.demo import MODEL_NAME, demo_model_folder, install_demo_files  # noqa: E402
+from gluejobs_server.stack import local_stack, stack_environment  # noqa: E402
 
 # What each mode adds to the base job. "fast" is the spec's own switch: what it sets is in
 # shared/jobspec/spec.py (FAST_SETTINGS) and in the stored spec the benchmark prints.

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.harness import bench_settings, run_folder, run_job  # noqa: E402
-from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
-from gluejobs.stack import local_stack, stack_environment  # noqa: E402
+from gluejobs_server.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs_server.stack import local_stack, stack_environment  # noqa: E402
 
 
 def bench_spec(args: argparse.Namespace) -> dict[str, object]:

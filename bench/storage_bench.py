@@ -4,7 +4,7 @@ and the upload of each MiniLM checkpoint, with the local folder and with an S3 e
     python bench/storage_bench.py                       # both stores, a 50 MB file, 3 checkpoints
     python bench/storage_bench.py --stores s3 --file-mb 20 --checkpoints 2
 
-Per store, a stack of its own (SQLite, the API and one worker, gluejobs/stack.py) and, for S3,
+Per store, a stack of its own (SQLite, the API and one worker, gluejobs_server/stack.py) and, for S3,
 moto's S3 server on 127.0.0.1 (tests/support/s3_endpoint.py), reached the way a MinIO is. The file is
 SST-2's training rows repeated to the size asked for; the job fine-tunes all-MiniLM-L6-v2 on its
 first 2,000 rows (so the training itself stays small and the figures are the file's), batch 16,
@@ -43,8 +43,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.harness import GLUE_DATA, bench_settings, load_average, run_folder  # noqa: E402
 from gluejobs import Client  # noqa: E402
-from gluejobs.demo import install_demo_files, register_demo_model  # noqa: E402
-from gluejobs.stack import local_stack, stack_environment, start_worker, stop  # noqa: E402
+from gluejobs_server.demo import install_demo_files, register_demo_model  # noqa: E402
+from gluejobs_server.stack import local_stack, stack_environment, start_worker, stop  # noqa: E402
 from tests.support.s3_endpoint import S3Endpoint  # noqa: E402
 
 SAVE_STEPS = 4

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 from sqlalchemy import select  # noqa: E402
 
 from bench.harness import QUICK_JOB, bench_settings, percentile, run_folder, save_tiny_bert  # noqa: E402
-from gluejobs.demo import MODEL_NAME, install_demo_files  # noqa: E402
-from gluejobs.stack import local_stack, stack_environment  # noqa: E402
+from gluejobs_server.demo import MODEL_NAME, install_demo_files  # noqa: E402
+from gluejobs_server.stack import local_stack, stack_environment  # noqa: E402
 from shared import jobs_repo  # noqa: E402
 from shared.core.config import Settings  # noqa: E402
 from shared.core.db import Database, read  # noqa: E402

@@ -1,8 +1,9 @@
 """Puts the server's sources into gluejobs-server's wheel and sdist.
 
-They live in the repository's top-level folders, one level above this project: service/, shared/,
-worker/, and alembic/ (the migrations), which is installed as shared/migrations because a top-level
-`alembic` folder would shadow the alembic package. Inside an sdist they sit beside this file instead.
+They live in the repository's top-level folders, one level above this project: gluejobs_server/ (the
+`gluejobs` command's serve, worker, migrate and demo), service/, shared/, worker/, and alembic/ (the
+migrations), which is installed as shared/migrations because a top-level `alembic` folder would shadow
+the alembic package. Inside an sdist they sit beside this file instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # folder in the repository → where it goes in the distribution
-SOURCES = {"service": "service", "shared": "shared", "worker": "worker", "alembic": "shared/migrations"}
+SOURCES = {
+    "gluejobs_server": "gluejobs_server",
+    "service": "service",
+    "shared": "shared",
+    "worker": "worker",
+    "alembic": "shared/migrations",
+}
 SKIPPED = {"__pycache__", ".mypy_cache", ".pytest_cache"}
 
 

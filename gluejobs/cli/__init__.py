@@ -4,7 +4,8 @@
   `metrics`, `download`, `resubmit`, `rerun`, `watch`) and `workers`
 - sweeps: `sweep` (create, ls, show, cancel), `leaderboard`, `glue-zip`; searches: `search`
 - checkpoints, files, models, keys (and `audit`), owners, webhooks: a group each
-- server: `serve`, `worker`, `migrate`, `demo`, the service's own parts, imported only when run
+- serve, worker, migrate, demo: the server's own commands, which gluejobs-server brings
+  (server_parts: found through its entry points, or a line saying what to install)
 
 The client commands read GLUEJOBS_URL and GLUEJOBS_API_KEY. Every error is one line on stderr,
 `gluejobs <command>: <message>`, with exit status 2 (a refused command line raises SystemExit(2), as
@@ -19,16 +20,24 @@ from typing import Any
 
 import click
 
-from gluejobs.cli import checkpoints, files, jobs, keys, models, owners, searches, server, sweeps, webhooks
+from gluejobs.cli import checkpoints, files, jobs, keys, models, owners, searches, sweeps, webhooks
 from gluejobs.cli.base import CliError, Group, usage_line
 from gluejobs.cli.output import closed_pipe, print_error
+from gluejobs.cli.server_parts import server_commands
 from gluejobs.client import ApiError
 
 SERVER_COMMANDS = ("serve", "worker", "migrate")
 
 
 class Gluejobs(Group):
-    """The top group: where a command's error becomes its one line."""
+    """The top group: where a command's error becomes its one line, and where the server's commands
+    join the client's (a client command's name is never looked up among them)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *server_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or server_commands().get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -52,7 +61,7 @@ def gluejobs(ctx: click.Context) -> None:
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
-for module in (jobs, checkpoints, sweeps, searches, files, models, keys, owners, webhooks, server):
+for module in (jobs, checkpoints, sweeps, searches, files, models, keys, owners, webhooks):
     for command in module.COMMANDS:
         gluejobs.add_command(command)
 

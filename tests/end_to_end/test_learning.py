@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gluejobs import Client
-from gluejobs.demo import register_demo_model
+from gluejobs_server.demo import register_demo_model
 from shared.core.config import Settings
 from tests.support.e2e import all_metrics, get, live_api, run_worker_until_idle, submit
 

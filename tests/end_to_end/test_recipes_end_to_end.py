@@ -55,7 +55,9 @@ def recipe_settings(settings_factory, sqlite_url: str, tmp_path: Path) -> Settin
     reviews = settings.data_dir / "reviews"
     reviews.mkdir(parents=True)
     for split in ("train", "validation"):
-        shutil.copy(REPO / "gluejobs" / "demo_data" / f"sentiment_{split}.csv", reviews / f"{split}.csv")
+        shutil.copy(
+            REPO / "gluejobs_server" / "demo_data" / f"sentiment_{split}.csv", reviews / f"{split}.csv"
+        )
     return settings
 
 

@@ -17,7 +17,7 @@ import pytest
 from alembic import command
 from sqlalchemy import text
 
-from gluejobs.stack import free_port, stop
+from gluejobs_server.stack import free_port, stop
 from shared import jobs_repo
 from shared.core import release
 from shared.core.config import Settings

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gluejobs import stack
+from gluejobs_server import stack
 from service.main import create_app
 from shared import jobs_repo
 from shared.core.config import Settings

@@ -13,16 +13,19 @@ from pathlib import Path
 
 from tests.support.kit import REPO
 
-PACKAGES = ("gluejobs", "service", "worker", "shared", "bench", "tests")
+PACKAGES = ("gluejobs", "gluejobs_server", "service", "worker", "shared", "bench", "tests")
 # Which of the project's layers each may import (README: service/ never imports torch; service/
-# and worker/ never import each other; shared/ imports neither; gluejobs/ sits on top; the tests'
+# and worker/ never import each other; shared/ imports neither; gluejobs/, the client, reads only the
+# shared/ modules its wheel carries (test_the_client_imports_only_what_its_wheel_carries); the
+# server's commands, gluejobs_server/, sit on top of all, imported by nothing shipped; the tests'
 # support serves bench/, never the reverse, and no shipped package imports either).
 MAY_IMPORT = {
     "shared": {"shared"},
     "service": {"shared", "service"},
     "worker": {"shared", "worker"},
-    "gluejobs": {"gluejobs", "shared", "service", "worker"},
-    "tests": {"gluejobs", "shared", "service", "worker", "tests"},
+    "gluejobs": {"gluejobs", "shared"},
+    "gluejobs_server": {"gluejobs_server", "gluejobs", "shared", "service", "worker"},
+    "tests": {"gluejobs", "gluejobs_server", "shared", "service", "worker", "tests"},
 }
 
 

@@ -38,7 +38,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from gluejobs.stack import free_port, stop, wait_ready
+from gluejobs_server.stack import free_port, stop, wait_ready
 from tests.support import install_figures as page
 from tests.support.install_figures import API, DEMO_MODEL, LAPTOP, WORKER_CPU, Figures
 from tests.support.kit import REPO
@@ -46,7 +46,7 @@ from tests.support.s3_endpoint import S3Endpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
-DEMO_DATA = REPO / "gluejobs" / "demo_data"
+DEMO_DATA = REPO / "gluejobs_server" / "demo_data"
 WRITE_FIGURES = os.environ.get("GLUEJOBS_INSTALL_FIGURES") == "write"
 FRESH_WORKER = WRITE_FIGURES or os.environ.get("GLUEJOBS_INSTALL_TEST_FRESH_WORKER") == "1"
 # `pip` on a test machine is the test's own pip pointed at the machine's venv (which holds no pip).
@@ -219,13 +219,26 @@ def test_the_wheels_install_and_train_without_the_source_tree(
 
     # The laptop: the client and the CLI alone; the API box: no torch.
     probe = "import importlib.util as u, sys; print([m for m in sys.argv[1:] if u.find_spec(m)])"
-    generic = ["service", "shared", "worker", "alembic", "bench", "tests", "torch", "fastapi"]
+    generic = [
+        "service",
+        "shared",
+        "worker",
+        "gluejobs_server",
+        "alembic",
+        "bench",
+        "tests",
+        "torch",
+        "fastapi",
+    ]
     assert run([str(client / "python"), "-c", probe, *generic], cwd=machines["laptop"]).strip() == "[]"
     assert "torch" not in run(
         [str(api / "python"), "-c", probe, "torch", "transformers"], cwd=machines["api"]
     )
     # Every server-side import comes from the installed wheel, never from the repository.
-    where = "import service, shared.core.migrate as m; print(service.__file__, m.migrations_dir())"
+    where = (
+        "import gluejobs_server, service, shared.core.migrate as m; "
+        "print(gluejobs_server.__file__, service.__file__, m.migrations_dir())"
+    )
     for venv, name in ((api, "api"), (worker, "box")):
         located = run([str(venv / "python"), "-c", where], cwd=machines[name], env=clean_environment())
         assert str(REPO) not in located and "site-packages" in located, located

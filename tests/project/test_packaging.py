@@ -50,8 +50,9 @@ def test_the_dockerfile_installs_the_wheels_an_api_without_torch_and_a_worker_wi
     assert built["worker"][-1] == 'CMD ["gluejobs", "worker"]'
     # Both distributions are built from every folder they hold.
     wheels = " ".join(built["wheels"])
-    for folder in ("alembic", "shared", "service", "gluejobs", "worker", "server"):
+    for folder in ("alembic", "shared", "service", "gluejobs", "gluejobs_server", "worker", "server"):
         assert f"COPY {folder} /src/{folder}" in wheels
+    assert "COPY pyproject.toml README.md hatch_build.py /src/" in wheels  # the client's build hook
     assert "pip wheel --no-deps --wheel-dir /wheels . ./server" in wheels
 
 
@@ -77,10 +78,13 @@ def test_compose_runs_the_api_image_and_the_worker_image() -> None:
 
 
 def test_the_client_loads_neither_the_server_stack_nor_torch() -> None:
+    # Of shared/, the client reads the wire words only (statuses, event types, the job folder's names:
+    # standard library, carried in its wheel as gluejobs/_shared/wire).
     code = (
         "import sys, gluejobs; from gluejobs import Client, AsyncClient; "
         "heavy = [m for m in sys.modules if m.split('.')[0] in "
-        "('pydantic', 'shared', 'service', 'worker', 'fastapi', 'sqlalchemy', 'torch')]; "
+        "('pydantic', 'service', 'worker', 'fastapi', 'sqlalchemy', 'torch') "
+        "or (m.startswith('shared.') and not (m + '.').startswith('shared.wire.'))]; "
         "sys.exit(', '.join(heavy) or None)"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -94,7 +98,7 @@ def build_wheels(tmp_path: Path) -> dict[str, Path]:
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "hatch_build.py"):
         shutil.copy(REPO / name, source / name)
-    for folder in ("gluejobs", "service", "shared", "worker", "alembic", "server"):
+    for folder in ("gluejobs", "gluejobs_server", "service", "shared", "worker", "alembic", "server"):
         shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "wheels"
     for project in (".", "./server"):
@@ -146,7 +150,10 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     # server's or the worker's stack.
     names, required = wheel_contents(wheels["gluejobs"])
     assert {name.split("/")[0] for name in names} == {"gluejobs", "gluejobs-0.2.0.dist-info"}
-    assert "gluejobs/client.py" in names and "gluejobs/demo_data/sentiment_train.csv" in names
+    assert "gluejobs/client.py" in names and "gluejobs/cli/server_parts.py" in names
+    # The server's commands, the demo and the local stack are gluejobs-server's.
+    assert not [name for name in names if re.match(r"gluejobs/(demo|stack|cli/server\.py)", name)]
+    assert not [name for name in names if name.endswith("entry_points.txt") and "gluejobs.commands" in name]
     # The shared/ modules its command line reads, as a private copy that imports nothing named shared.
     assert {"gluejobs/_shared/jobspec/spec.py", "gluejobs/_shared/jobspec/suggest.py"} <= names
     assert "gluejobs/_shared/jobspec/__init__.py" in names
@@ -163,6 +170,7 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     # `pip install gluejobs-server`: the API, the workers, the migrations, the dashboard, the metric.
     names, required = wheel_contents(wheels["gluejobs_server"])
     assert {name.split("/")[0] for name in names} == {
+        "gluejobs_server",
         "service",
         "shared",
         "worker",
@@ -170,6 +178,8 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     }
     versions = sorted(path.name for path in (REPO / "alembic" / "versions").glob("*.py"))
     for asset in (
+        "gluejobs_server/commands.py",
+        "gluejobs_server/demo_data/sentiment_train.csv",
         "service/static/index.html",
         "service/static/dashboard.js",
         "service/static/vendor/uPlot.iife.min.js",
@@ -181,6 +191,11 @@ def test_the_client_wheel_is_the_client_alone_and_the_server_wheel_carries_what_
     ):
         assert asset in names, asset
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+    # The `gluejobs` command finds the server's commands through these (gluejobs/cli/server_parts.py).
+    with zipfile.ZipFile(wheels["gluejobs_server"]) as archive:
+        entry_points = archive.read("gluejobs_server-0.2.0.dist-info/entry_points.txt").decode()
+    for command in ("serve", "worker", "migrate", "demo"):
+        assert f"{command} = gluejobs_server.commands:{command}" in entry_points, entry_points
     assert {
         "gluejobs",
         "fastapi",
@@ -207,34 +222,101 @@ def test_both_distributions_are_this_release() -> None:
     assert f"gluejobs=={RELEASE}" in server["dependencies"]  # the CLI that starts it, at its release
 
 
-def test_the_client_says_what_to_install_for_the_servers_commands() -> None:
-    """On a laptop with `pip install gluejobs` alone, `gluejobs serve`, `worker` and `migrate` end with
-    one line naming the install that gives them (the server's packages are hidden here; the real
-    client-only install is tests/project/test_install.py's)."""
-    hidden = ("service", "worker", "torch", "transformers", "fastapi", "alembic", "sqlalchemy")
+def gluejobs_without(hidden: tuple[str, ...], *, server_installed: bool) -> str:
+    """A `python -c` program that runs `gluejobs ARGS` on a machine where the top-level packages
+    `hidden` cannot be imported and, unless `server_installed`, no gluejobs-server is installed (its
+    metadata, and so its "gluejobs.commands" entry points, out of sight). The real installs are
+    tests/project/test_install.py's."""
     code = (
         "import importlib.machinery, sys\n"
         "real = importlib.machinery.PathFinder.find_spec\n"
         "def find(name, path=None, target=None):\n"
         f"    return None if name.split('.')[0] in {hidden!r} else real(name, path, target)\n"
         "importlib.machinery.PathFinder.find_spec = find\n"
-        "from gluejobs.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
+    if not server_installed:
+        code += (
+            "installed = importlib.machinery.PathFinder.find_distributions\n"
+            "def distributions(*args, **kwargs):\n"
+            "    return (d for d in installed(*args, **kwargs) if d.name != 'gluejobs-server')\n"
+            "importlib.machinery.PathFinder.find_distributions = distributions\n"
+        )
+    return code + "from gluejobs.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+SERVER_STACK = (
+    "gluejobs_server",
+    "service",
+    "worker",
+    "torch",
+    "transformers",
+    "fastapi",
+    "alembic",
+    "sqlalchemy",
+)
+
+
+def test_the_client_says_what_to_install_for_the_servers_commands() -> None:
+    """On a laptop with `pip install gluejobs` alone, `gluejobs serve`, `worker`, `migrate` and `demo`
+    are still commands (listed by --help), each ending with one line naming the install that gives it."""
+    code = gluejobs_without(SERVER_STACK, server_installed=False)
     for command, install in (
         ("serve", "pip install gluejobs-server"),
         ("migrate", "pip install gluejobs-server"),
         ("worker", 'pip install "gluejobs-server[worker]"'),
+        ("demo", 'pip install "gluejobs-server[demo]"'),
     ):
         result = subprocess.run(
-            [sys.executable, "-c", code, command], cwd=REPO, capture_output=True, text=True
+            [sys.executable, "-c", code, command, "--port", "8000"], cwd=REPO, capture_output=True, text=True
         )
         assert result.returncode == 2, result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert (
             line.startswith(f"gluejobs {command}: this machine has the gluejobs client only")
             and install in line
+        ), line
+    listed = subprocess.run([sys.executable, "-c", code, "--help"], cwd=REPO, capture_output=True, text=True)
+    assert listed.returncode == 0 and not listed.stderr, listed.stderr
+    commands = {line.split()[0] for line in listed.stdout.split("Commands:")[1].splitlines() if line.strip()}
+    assert {"serve", "worker", "migrate", "demo", "submit", "ls"} <= commands, listed.stdout
+
+
+def test_an_api_box_says_what_to_install_for_the_worker() -> None:
+    """gluejobs-server without its worker extra: `gluejobs worker` names the extra, in one line."""
+    code = gluejobs_without(("torch", "transformers"), server_installed=True)
+    result = subprocess.run([sys.executable, "-c", code, "worker"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gluejobs worker: this machine lacks what `gluejobs worker` runs (torch, ")
+    assert line.endswith(
+        'pip install "gluejobs-server[worker]" (docs/operators/install.md: CPU or CUDA torch)'
+    )
+
+
+def test_a_server_command_that_does_not_load_leaves_the_client_working(tmp_path: Path) -> None:
+    """gluejobs-server's metadata present but its package gone (a broken install): the client's
+    commands run as ever, --help warns of each command by name, and the command says why it failed."""
+    code = gluejobs_without(("gluejobs_server",), server_installed=True)
+    nobody = ["--url", "http://127.0.0.1:9"]
+    dry_run = ["submit", "--dry-run", "--model_name_or_path", "m", "--task_name", "sst2", *nobody]
+    client = subprocess.run([sys.executable, "-c", code, *dry_run], cwd=REPO, capture_output=True, text=True)
+    assert client.returncode == 0 and "warning" not in client.stderr, client.stderr
+    listed = subprocess.run([sys.executable, "-c", code, "--help"], cwd=REPO, capture_output=True, text=True)
+    assert listed.returncode == 0 and "submit" in listed.stdout, listed.stderr
+    warned = listed.stderr.strip().splitlines()
+    assert len(warned) == 4 and all(
+        "(of gluejobs-server) did not load: ModuleNotFoundError" in w for w in warned
+    )
+    assert "gluejobs: warning: the command serve = gluejobs_server.commands:serve (of" in listed.stderr
+    run = subprocess.run([sys.executable, "-c", code, "migrate"], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "gluejobs migrate: migrate = gluejobs_server.commands:migrate (of gluejobs-server) did not load"
         )
+    ), run.stderr
 
 
 def test_the_command_line_works_without_the_server_or_worker_stack(tmp_path: Path) -> None:

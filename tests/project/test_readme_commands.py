@@ -3,7 +3,7 @@
 Every `curl` command in README.md and in every page of the documentation site (mkdocs.yml's nav, in
 its order, after the README; in code blocks and inline) and every `gluejobs` line of a shell code
 block (or a `$ ` prompt line of any block) runs, in that order, against one live local stack
-(gluejobs/stack.py: an API, no worker, so jobs stay queued), and must exit 0. What the test adds, and
+(gluejobs_server/stack.py: an API, no worker, so jobs stay queued), and must exit 0. What the test adds, and
 nothing else: `localhost:8000` points at the stack's port, `GLUEJOBS_URL` at the stack, `curl` fails
 on an HTTP error (`--fail-with-body`), and the working folder holds the files the lines name
 (`roberta_base_mnli.sh`, `training_args.json`, `train.csv`). Lines other branches add are picked up
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gluejobs.stack import local_stack, stack_environment
+from gluejobs_server.stack import local_stack, stack_environment
 from shared.core.config import Settings
 from tests.support.kit import GLUE_DATA, REPO, write_mnli
 from tests.support.lora_scripts import ROBERTA_BASE_MNLI

@@ -21,8 +21,9 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from gluejobs import ApiError, AsyncClient, Client, stack
+from gluejobs import ApiError, AsyncClient, Client
 from gluejobs.cli import main as cli
+from gluejobs_server import stack
 from shared.core.config import Settings
 from shared.core.db import Database, write
 from shared.core.tables import utcnow

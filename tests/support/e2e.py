@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from gluejobs import stack
 from gluejobs._core import CLIENT_KEEPALIVE_S
-from gluejobs.stack import free_port, stack_environment
+from gluejobs_server import stack
+from gluejobs_server.stack import free_port, stack_environment
 from service.main import create_app
 from shared.core.config import Settings
 

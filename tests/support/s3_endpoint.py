@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from gluejobs.stack import free_port
+from gluejobs_server.stack import free_port
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "gluejobs-test",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gluejobs.cli.watch import watch_job
 from gluejobs.client import ApiError, Client
-from gluejobs.stack import StackError, ready, stack_environment, start_api, start_worker, wait_ready
+from gluejobs_server.stack import StackError, ready, stack_environment, start_api, start_worker, wait_ready
 from shared.core.config import DEFAULT_VAR_DIR, Settings, get_settings
 
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"

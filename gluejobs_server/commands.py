@@ -1,9 +1,10 @@
-"""serve, worker, migrate, demo: the service's own parts, started from the client's command.
+"""serve, worker, migrate, demo: the service's own parts, as commands of the client's `gluejobs`.
 
-This is the one place of the client that reaches the server's side (service/, worker/, shared/'s
-database), each imported only when its command runs: `gluejobs serve` never loads torch, and the
-client commands load neither FastAPI nor torch. On a machine with the client alone (`pip install
-gluejobs`), each says in one line what to install.
+gluejobs-server declares them as "gluejobs.commands" entry points (server/pyproject.toml), which
+gluejobs/cli/server_parts.py finds when it is installed. Each imports service/, worker/ or shared/'s
+database only when it runs: `gluejobs serve` never loads torch, and a client command loads none of
+them. On an API box (gluejobs-server without its worker extra), `gluejobs worker` says in one line what
+to install.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import click
 
 from gluejobs.cli.base import CliError, Command
 
-# What each of the service's commands needs beyond this client (the gluejobs-server distribution),
-# and the line that installs it: the client alone (`pip install gluejobs`) holds none of it.
-SERVER_PARTS = {
+# What each of the service's commands needs, and the line that installs it: the worker's training
+# stack is gluejobs-server's extra, so an API box lacks it (the others come with gluejobs-server).
+NEEDS = {
     "serve": (("service", "shared", "fastapi"), "pip install gluejobs-server"),
     "migrate": (("shared", "alembic", "sqlalchemy"), "pip install gluejobs-server"),
     "worker": (
@@ -32,10 +33,10 @@ FORWARDED = {"ignore_unknown_options": True, "help_option_names": []}
 
 def _need_server(command: str) -> None:
     """One line saying what to install when this machine lacks what `command` runs."""
-    modules, line = SERVER_PARTS[command]
+    modules, line = NEEDS[command]
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        raise CliError(f"this machine has the gluejobs client only ({', '.join(missing)} missing): {line}")
+        raise CliError(f"this machine lacks what `gluejobs {command}` runs ({', '.join(missing)}): {line}")
 
 
 @click.command("serve", cls=Command, context_settings=FORWARDED)
@@ -98,9 +99,6 @@ def demo(port: int, stop: bool) -> int:
     """Fine-tune MiniLM on a small dataset, here, to watch.
 
     Starts an API and a worker on SQLite and submits the job; --stop stops them."""
-    from gluejobs.demo import run_demo, stop_demo
+    from gluejobs_server.demo import run_demo, stop_demo
 
     return stop_demo() if stop else run_demo(port=port)
-
-
-COMMANDS = (serve, worker, migrate, demo)
