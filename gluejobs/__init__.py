@@ -1,9 +1,11 @@
 """gluejobs for its users: the Python client (`from gluejobs import Client`) and the command line.
 
-Importing this package loads httpx and the standard library only: no pydantic, no FastAPI, no torch.
+Importing this package loads httpx and the standard library only (with shared/wire's words, the
+statuses and event types the API spells, standard library too): no pydantic, no FastAPI, no torch.
 """
 
 from gluejobs.client import (
+    TERMINAL_STATUSES,
     ApiError,
     ApiKeyInfo,
     Artifact,
@@ -29,6 +31,7 @@ from gluejobs.client import (
 )
 
 __all__ = [
+    "TERMINAL_STATUSES",
     "ApiError",
     "ApiKeyInfo",
     "Artifact",

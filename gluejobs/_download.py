@@ -31,18 +31,13 @@ import httpx
 
 from gluejobs._core import DEFAULT_TIMEOUT_S, Call
 from gluejobs._types import ApiError, Artifact
+from shared.wire.job_folder import MERGED_DIR
+from shared.wire.vocabulary import COLUMN_FIELDS
 
-MERGED = "merged"  # the folder of a model with a LoRA adapter merged in (worker/training/outputs.py)
+MERGED = MERGED_DIR  # the folder of a model with a LoRA adapter merged in (worker/training/outputs.py)
 # What a merge on request copies from the LoRA job's spec: the task or the file and its columns (the
 # labels' names and count); the merge job evaluates one row, the least a job without training does.
-MERGE_KEEPS = (
-    "task_name",
-    "validation_file",
-    "text_column",
-    "text_pair_column",
-    "label_column",
-    "max_length",
-)
+MERGE_KEEPS = ("task_name", "validation_file", *COLUMN_FIELDS, "max_length")
 DOWNLOAD_KINDS = ("model", "predictions")  # what `download` fetches without a checkpoint or path
 DOWNLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, read=300.0)
 TAR_TYPE = "application/x-tar"

@@ -1,5 +1,6 @@
-"""Uploads as both clients make them, without I/O but reading the local file: hash it first, ask
-the API whether it holds those bytes already, and send them only when it does not.
+"""The local side of an upload, as both clients make it (gluejobs/resources/files.py sends it): the
+file read and hashed first, so that the API is asked whether it holds those bytes already, and they
+are sent only when it does not.
 
 A file is identified by its sha256 and its format (the suffix of its name, which decides how it is
 read): the caller's file with the same bytes and format is reused as it is.
@@ -15,16 +16,18 @@ from pathlib import Path
 
 import httpx
 
-from gluejobs._core import DEFAULT_TIMEOUT_S, Call, query
+from gluejobs._core import DEFAULT_TIMEOUT_S
 from gluejobs._types import ApiError, FileInfo
+
+# The spec's column mapping, which an upload takes as form fields: the API's words (shared/wire),
+# re-exported for the command line.
+from shared.wire.vocabulary import COLUMN_FIELDS as COLUMN_FIELDS
 
 SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 # An upload of a few gigabytes takes a while: no read timeout on the answer, which comes once the
 # API has checked and stored the whole file.
 UPLOAD_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, write=None, read=None)
 # Where each spec field's file is checked for: a test file may have no labels.
-# The spec's column mapping (shared/jobspec/column_mapping.py), which an upload takes as form fields.
-COLUMN_FIELDS = ("text_column", "text_pair_column", "label_column")
 PURPOSE_OF_FIELD = {"train_file": "train", "validation_file": "validation", "test_file": "test"}
 
 
@@ -51,10 +54,6 @@ class LocalFile:
             digest = hashlib.file_digest(handle, "sha256").hexdigest()
         return cls(local, digest, local.suffix.lower().removeprefix("."))
 
-    def lookup(self) -> Call:
-        """The caller's files with these bytes."""
-        return Call("GET", "/v1/files", params={"sha256": self.sha256, "limit": 100})
-
     def reusable(self, rows: Iterable[FileInfo], columns: Mapping[str, str] | None = None) -> FileInfo | None:
         """The caller's file with these bytes, checked with this column mapping (a file checked with
         another is sent again: the API then tallies its labels by the new one)."""
@@ -68,24 +67,6 @@ class LocalFile:
                 and (row.checks.get("columns") or {}) == wanted
             ),
             None,
-        )
-
-    def upload(
-        self,
-        *,
-        purpose: str,
-        task_name: str | None,
-        dry_run: bool = False,
-        columns: Mapping[str, str] | None = None,
-    ) -> Call:
-        # Idempotent: the API answers the same bytes sent again by the same caller with the same file.
-        return Call(
-            "POST",
-            "/v1/files",
-            params=query(dry_run="true" if dry_run else None),
-            upload=self.path,
-            form=query(purpose=purpose, task_name=task_name, **given_columns(columns)),
-            timeout=UPLOAD_TIMEOUT,
         )
 
 

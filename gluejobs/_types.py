@@ -8,7 +8,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+from shared.wire import vocabulary
+
+# A job's finished statuses, as the API spells them (shared/wire/vocabulary.py is their one home):
+# plain strings, as `Job.status` holds them.
+TERMINAL_STATUSES: frozenset[str] = frozenset(status.value for status in vocabulary.TERMINAL_STATUSES)
 
 
 @dataclass(frozen=True)

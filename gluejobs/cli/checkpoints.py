@@ -7,6 +7,7 @@ import click
 
 from gluejobs.cli.base import ClientCommand, Group, Invocation
 from gluejobs.cli.output import human_bytes
+from shared.wire.job_folder import checkpoint_name
 
 JOB_ID = click.argument("job_id", type=int, metavar="JOB")
 
@@ -23,7 +24,7 @@ def ls(api: Invocation, job_id: int) -> None:
     with api.client() as client:
         found = client.jobs.checkpoints(job_id)
     lines = [
-        f"checkpoint-{c.step}  epoch {c.epoch:g}"
+        f"{checkpoint_name(c.step)}  epoch {c.epoch:g}"
         + ("  best" if c.is_best else "")
         + "".join(f"  {name} {value:.4g}" for name, value in sorted(c.metrics.items()))
         for c in found

@@ -29,8 +29,9 @@ from gluejobs.cli.files import upload_local_files
 from gluejobs.cli.output import print_warnings, table, when
 from gluejobs.cli.watch import watch_job
 from gluejobs.client import ApiError, Client, Job
+from shared.wire.vocabulary import JobStatus
 
-STATUSES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+STATUSES = tuple(status.value for status in JobStatus)  # `ls --status`'s choices, the API's words
 JOB_ID = click.argument("job_id", type=int, metavar="JOB")
 WATCH = click.option(
     "--watch", is_flag=True, help="Follow the job until it ends (exit 1 unless it succeeds)."

@@ -15,15 +15,10 @@ from gluejobs.cli.base import Choice, ClientCommand, Group, Invocation, note
 from gluejobs.cli.output import table, when
 from gluejobs.client import Client, Webhook, WebhookDelivery
 
-EVENT_TYPES = (
-    "job.succeeded",
-    "job.failed",
-    "job.cancelled",
-    "sweep.finished",
-    "search.finished",
-    "checkpoint.declared",
-)
-JOB_EVENTS = ["job.succeeded", "job.failed", "job.cancelled"]
+# What an endpoint can subscribe to, and what `create` subscribes it to without --event: the API's
+# words, from their one home.
+from shared.wire.vocabulary import EVENT_TYPES, JOB_EVENTS
+
 SHOWN_ONCE = "this secret is shown once and will not be shown again: keep it now"
 WEBHOOK_ID = click.argument("webhook_id", type=int, metavar="WEBHOOK")
 
@@ -51,7 +46,7 @@ def create(api: Invocation, endpoint_url: str, events: tuple[str, ...], descript
     Events are POSTed, signed, to the http(s) URL."""
     with api.client() as client:
         hook = client.webhooks.create(
-            endpoint_url, event_types=list(events) or JOB_EVENTS, description=description
+            endpoint_url, event_types=list(events or JOB_EVENTS), description=description
         )
     _made(api, hook)
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.core.tables import StoredModel
 from shared.jobspec.job_sources import JobSource
 from shared.jobspec.registered_models import NAME_PATTERN, ManifestFile, reference
+from shared.wire.job_folder import CHECKPOINT_PREFIX
 
 
 class ModelPublic(BaseModel):
@@ -69,4 +70,4 @@ class ModelPromote(BaseModel):
             return JobSource(job_id)
         if self.checkpoint == "best":
             return JobSource(job_id, best=True)
-        return JobSource(job_id, step=int(self.checkpoint.removeprefix("checkpoint-")))
+        return JobSource(job_id, step=int(self.checkpoint.removeprefix(CHECKPOINT_PREFIX)))

@@ -18,13 +18,14 @@ from shared.jobspec.metric_rules import greater_is_better, possible_metrics, tas
 from shared.jobspec.spec import JobSpec
 from shared.research.sweeps import resolve_sweep
 from shared.searches.config import Categorical, FloatRange, IntRange, Objective, Parameter
+from shared.wire.vocabulary import COLUMN_FIELDS
 
 # Fields a space may not search: where the data and the model come from (they are checked against
 # the caller's folders once, with the base spec), and the seed (the search draws it once for all).
 NOT_SEARCHABLE = frozenset(
     {"model_name_or_path", "train_file", "validation_file", "test_file", "seed", "output_dir", "report_to"}
     # Which columns hold the texts and labels is the data's, as its files are (the search's spec maps them).
-    | {"text_column", "text_pair_column", "label_column"}
+    | frozenset(COLUMN_FIELDS)
 )
 
 

@@ -1,28 +1,14 @@
-"""`client.searches`, sync and async: hyperparameter searches, built once (as client.py's resources
-are) and sent through the client's own `_one`/`_paginate` (gluejobs/_admin.py's pattern)."""
+"""`client.searches`, sync and async: hyperparameter searches, each request built once, below, and
+sent through the client's I/O (resources/_transport.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypedDict, TypeVar, Unpack
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, TypedDict, Unpack
 
 from gluejobs._core import Call
-from gluejobs._types import Result, Search
-
-R = TypeVar("R", bound=Result)
-T = TypeVar("T")
-
-
-class Client(Protocol):
-    """What these resources use of client.Client (named here, so that neither module imports the other)."""
-
-    def _one(self, call: Call, kind: type[R]) -> R: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> Iterator[T]: ...
-
-
-class AsyncClient(Protocol):
-    async def _one(self, call: Call, kind: type[R]) -> R: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> AsyncIterator[T]: ...
+from gluejobs._types import Search
+from gluejobs.resources._transport import AsyncTransport, SyncTransport
 
 
 class SearchOptions(TypedDict, total=False):
@@ -48,6 +34,10 @@ def _list(page_size: int) -> Call:
     return Call("GET", "/v1/searches", params={"limit": page_size})
 
 
+def _get(search_id: int) -> Call:
+    return Call("GET", f"/v1/searches/{search_id}")
+
+
 def _cancel(search_id: int) -> Call:
     return Call("POST", f"/v1/searches/{search_id}/cancel", idempotent=False)
 
@@ -59,7 +49,7 @@ def _seeds(search_id: int, seeds: Sequence[int]) -> Call:
 class Searches:
     """`client.searches`: hyperparameter searches whose trials are jobs, pruned early by the service."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: SyncTransport) -> None:
         self._c = client
 
     def create(
@@ -71,7 +61,7 @@ class Searches:
 
     def get(self, search_id: int) -> Search:
         """The search with its best trial and its trials table."""
-        return self._c._one(Call("GET", f"/v1/searches/{search_id}"), Search)
+        return self._c._one(_get(search_id), Search)
 
     def list(self, *, page_size: int = 100) -> Iterator[Search]:
         return self._c._paginate(_list(page_size), Search.from_json)
@@ -87,7 +77,7 @@ class Searches:
 class AsyncSearches:
     """`client.searches` of AsyncClient: Searches' methods, awaited."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncTransport) -> None:
         self._c = client
 
     async def create(
@@ -96,7 +86,7 @@ class AsyncSearches:
         return await self._c._one(_create(spec, space, options), Search)
 
     async def get(self, search_id: int) -> Search:
-        return await self._c._one(Call("GET", f"/v1/searches/{search_id}"), Search)
+        return await self._c._one(_get(search_id), Search)
 
     def list(self, *, page_size: int = 100) -> AsyncIterator[Search]:
         return self._c._paginate(_list(page_size), Search.from_json)

@@ -1,30 +1,14 @@
-"""`client.webhooks`, sync and async: an owner's webhook endpoints, built once (as client.py's
-resources are) and sent through the client's own `_one`/`_paginate`/`_send`."""
+"""`client.webhooks`, sync and async: an owner's webhook endpoints, each request built once, below,
+and sent through the client's I/O (resources/_transport.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 from gluejobs._core import Call, query
-from gluejobs._types import Result, Webhook, WebhookDelivery
-
-R = TypeVar("R", bound=Result)
-T = TypeVar("T")
-
-
-class Client(Protocol):
-    """What these resources use of client.Client (named here, so that neither module imports the other)."""
-
-    def _one(self, call: Call, kind: type[R]) -> R: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> Iterator[T]: ...
-
-
-class AsyncClient(Protocol):
-    """What these resources use of client.AsyncClient."""
-
-    async def _one(self, call: Call, kind: type[R]) -> R: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> AsyncIterator[T]: ...
+from gluejobs._types import Webhook, WebhookDelivery
+from gluejobs.resources._transport import AsyncTransport, SyncTransport
 
 
 def _create(url: str, event_types: Sequence[str], description: str | None) -> Call:
@@ -50,15 +34,30 @@ def _deliveries(webhook_id: int, page_size: int) -> Call:
     return Call("GET", f"/v1/webhooks/{webhook_id}/deliveries", params={"limit": page_size})
 
 
-def _one_of(webhook_id: int, action: str = "", method: str = "GET") -> Call:
-    return Call(method, f"/v1/webhooks/{webhook_id}{action}", idempotent=method == "GET")
+def _get(webhook_id: int) -> Call:
+    return Call("GET", f"/v1/webhooks/{webhook_id}")
+
+
+def _delete(webhook_id: int) -> Call:
+    # Not sent again after a failure that may have reached the server: a repeat would answer 404.
+    return Call("DELETE", f"/v1/webhooks/{webhook_id}", idempotent=False)
+
+
+def _rotate(webhook_id: int) -> Call:
+    # Not sent again: a repeat would make a second secret, and the first answer's would be lost.
+    return Call("POST", f"/v1/webhooks/{webhook_id}/rotate", idempotent=False)
+
+
+def _test(webhook_id: int) -> Call:
+    # Not sent again: a repeat would send the endpoint a second test event.
+    return Call("POST", f"/v1/webhooks/{webhook_id}/test", idempotent=False)
 
 
 class Webhooks:
     """`client.webhooks`: register endpoints for job, checkpoint, sweep and search events, and read
     what was sent to them."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: SyncTransport) -> None:
         self._c = client
 
     def create(self, url: str, *, event_types: Sequence[str], description: str | None = None) -> Webhook:
@@ -69,22 +68,22 @@ class Webhooks:
         return self._c._paginate(_list(page_size), Webhook.from_json)
 
     def get(self, webhook_id: int) -> Webhook:
-        return self._c._one(_one_of(webhook_id), Webhook)
+        return self._c._one(_get(webhook_id), Webhook)
 
     def update(self, webhook_id: int, **changes: Any) -> Webhook:
         """Change url, event_types, description or disabled (True: send nothing until enabled again)."""
         return self._c._one(_update(webhook_id, changes), Webhook)
 
     def delete(self, webhook_id: int) -> Webhook:
-        return self._c._one(_one_of(webhook_id, method="DELETE"), Webhook)
+        return self._c._one(_delete(webhook_id), Webhook)
 
     def rotate(self, webhook_id: int) -> Webhook:
         """A new secret (in this answer only); every delivery from now on is signed with it."""
-        return self._c._one(_one_of(webhook_id, "/rotate", "POST"), Webhook)
+        return self._c._one(_rotate(webhook_id), Webhook)
 
     def test(self, webhook_id: int) -> WebhookDelivery:
         """Send a `webhook.test` event now; its delivery (see `deliveries` for how it went)."""
-        return self._c._one(_one_of(webhook_id, "/test", "POST"), WebhookDelivery)
+        return self._c._one(_test(webhook_id), WebhookDelivery)
 
     def deliveries(self, webhook_id: int, *, page_size: int = 100) -> Iterator[WebhookDelivery]:
         """The endpoint's deliveries, newest first, each with its attempts."""
@@ -94,7 +93,7 @@ class Webhooks:
 class AsyncWebhooks:
     """`client.webhooks` of AsyncClient: Webhooks' methods, awaited."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncTransport) -> None:
         self._c = client
 
     async def create(
@@ -106,19 +105,19 @@ class AsyncWebhooks:
         return self._c._paginate(_list(page_size), Webhook.from_json)
 
     async def get(self, webhook_id: int) -> Webhook:
-        return await self._c._one(_one_of(webhook_id), Webhook)
+        return await self._c._one(_get(webhook_id), Webhook)
 
     async def update(self, webhook_id: int, **changes: Any) -> Webhook:
         return await self._c._one(_update(webhook_id, changes), Webhook)
 
     async def delete(self, webhook_id: int) -> Webhook:
-        return await self._c._one(_one_of(webhook_id, method="DELETE"), Webhook)
+        return await self._c._one(_delete(webhook_id), Webhook)
 
     async def rotate(self, webhook_id: int) -> Webhook:
-        return await self._c._one(_one_of(webhook_id, "/rotate", "POST"), Webhook)
+        return await self._c._one(_rotate(webhook_id), Webhook)
 
     async def test(self, webhook_id: int) -> WebhookDelivery:
-        return await self._c._one(_one_of(webhook_id, "/test", "POST"), WebhookDelivery)
+        return await self._c._one(_test(webhook_id), WebhookDelivery)
 
     def deliveries(self, webhook_id: int, *, page_size: int = 100) -> AsyncIterator[WebhookDelivery]:
         return self._c._paginate(_deliveries(webhook_id, page_size), WebhookDelivery.from_json)

@@ -1,33 +1,15 @@
-"""`client.keys` and `client.audit`, sync and async: an admin's requests, built once (as client.py's
-resources are) and sent through the client's own `_one`/`_all`/`_paginate`."""
+"""`client.keys` and `client.audit`, sync and async (admin keys only): an admin's requests, each
+built once, below, and sent through the client's I/O (resources/_transport.py)."""
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from gluejobs._core import Call, query
-from gluejobs._types import ApiKeyInfo, AuditEntry, Result
-
-R = TypeVar("R", bound=Result)
-T = TypeVar("T")
-
-
-class Client(Protocol):
-    """What these resources use of client.Client (named here, so that neither module imports the other)."""
-
-    def _one(self, call: Call, kind: type[R]) -> R: ...
-    def _all(self, call: Call, kind: type[R]) -> builtins.list[R]: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> Iterator[T]: ...
-
-
-class AsyncClient(Protocol):
-    """What these resources use of client.AsyncClient."""
-
-    async def _one(self, call: Call, kind: type[R]) -> R: ...
-    async def _all(self, call: Call, kind: type[R]) -> builtins.list[R]: ...
-    def _paginate(self, call: Call, item: Callable[[Any], T]) -> AsyncIterator[T]: ...
+from gluejobs._types import ApiKeyInfo, AuditEntry
+from gluejobs.resources._transport import AsyncTransport, SyncTransport
 
 
 def _create(owner: str, role: str, name: str | None, expires_in_days: float | None, expires_at: Any) -> Call:
@@ -58,7 +40,7 @@ def _audit(page_size: int) -> Call:
 class Keys:
     """`client.keys` (admin keys only): make, list, revoke and rotate keys."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: SyncTransport) -> None:
         self._c = client
 
     def create(
@@ -86,21 +68,10 @@ class Keys:
         return self._c._one(_rotate(key_id), ApiKeyInfo)
 
 
-class Audit:
-    """`client.audit` (admin keys only): who changed keys and quotas."""
-
-    def __init__(self, client: Client) -> None:
-        self._c = client
-
-    def list(self, *, page_size: int = 100) -> Iterator[AuditEntry]:
-        """Entries newest first, page after page."""
-        return self._c._paginate(_audit(page_size), AuditEntry.from_json)
-
-
 class AsyncKeys:
     """`client.keys` of AsyncClient: Keys' methods, awaited."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncTransport) -> None:
         self._c = client
 
     async def create(
@@ -126,10 +97,21 @@ class AsyncKeys:
         return await self._c._one(_rotate(key_id), ApiKeyInfo)
 
 
+class Audit:
+    """`client.audit` (admin keys only): who changed keys and quotas."""
+
+    def __init__(self, client: SyncTransport) -> None:
+        self._c = client
+
+    def list(self, *, page_size: int = 100) -> Iterator[AuditEntry]:
+        """Entries newest first, page after page."""
+        return self._c._paginate(_audit(page_size), AuditEntry.from_json)
+
+
 class AsyncAudit:
     """`client.audit` of AsyncClient."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncTransport) -> None:
         self._c = client
 
     def list(self, *, page_size: int = 100) -> AsyncIterator[AuditEntry]:
