@@ -63,9 +63,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The long tests first (slow, then e2e; a stable sort keeps the rest in file order): pytest-xdist
     # hands tests out in this order, so a minute-long test that came last would run alone at the end
     # while the other processes sat idle (about three minutes of the suite's wall time).
-    items.sort(
-        key=lambda item: 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
-    )
+    # Among the rest, the in-process training tests (they ask for `train_settings`: seconds each,
+    # up to twenty with MiniLM) go first for the same reason: `make test-fast` ran ten seconds past
+    # its last quick test when one of them was handed out late.
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    if item.get_closest_marker("e2e"):
+        return 1
+    return 2 if "train_settings" in getattr(item, "fixturenames", ()) else 3
 
 
 def _names(item: pytest.Item, value: str) -> bool:

@@ -133,7 +133,7 @@ def test_sorted_evaluation_gives_the_unsorted_metrics_and_predictions(
         spec = make_spec(
             model_name_or_path="minilm",
             task_name="stsb",
-            max_train_samples=16,
+            max_train_samples=8,  # one step of 8: the evaluations, not the training, are compared
             group_eval_by_length=sorted_eval,
             test_file="stsb/test.csv",
             max_eval_samples=32,
@@ -149,7 +149,7 @@ def test_sorted_evaluation_gives_the_unsorted_metrics_and_predictions(
     evals = [(step, name) for step, _, split, name, _ in plain.rows if split == "eval"]
     assert evals == [(step, name) for step, _, split, name, _ in ordered.rows if split == "eval"]
     names = {"pearson", "spearmanr", "combined_score", "loss"}
-    assert {name for _, name in evals} == names and len(evals) == 2 * len(names)  # steps 1 and 2
+    assert {name for _, name in evals} == names and len(evals) == len(names)  # at step 1
     for name in names:
         # Other batches pad differently, which moves fp32 rounding in the last bits only.
         expected = [value for _, value in plain.values("eval", name)]
