@@ -593,6 +593,8 @@ def _finished(client: httpx.Client, search_id: int) -> dict[str, Any] | None:
     return search if search["status"] != "running" else None
 
 
+# e2e: a live API and a `gluejobs` process per command (out of `make test-fast`, like the rest here).
+@pytest.mark.e2e
 def test_the_command_line_creates_shows_lists_and_cancels_a_search(settings: Settings, db: Database) -> None:
     """`gluejobs search create|show|ls|cancel` against a live API. The test drives the search itself:
     the API's own driver is off, or it could hold the search's lease when the test's turn comes."""
