@@ -213,15 +213,6 @@ def advertised_address(settings: Settings) -> str:
         return str(probe.getsockname()[0])
 
 
-def is_gang(job: Job) -> bool:
-    """Whether the job spans several machines (a spec's num_machines; 1 is stored as null)."""
-    return job_machines(job) > 1
-
-
-def job_machines(job: Job) -> int:
-    return max(1, int(job.spec.get("num_machines") or 1))
-
-
 def job_processes(job: Job) -> int:
     """How many processes (and so devices or CPU slots) the job runs on."""
     return max(1, int(job.num_processes or job.spec.get("num_processes") or 1))

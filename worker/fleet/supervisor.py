@@ -45,6 +45,7 @@ from shared.jobs_repo import gangs
 from shared.jobs_repo.gangs import Seat
 from shared.jobspec.capability import runnable_spec
 from shared.jobspec.spec import JobSpec
+from shared.scheduling.machines import machines_of
 from worker.fleet.db_reporter import OUTAGE_LOG_INTERVAL_S, STALE_EXIT
 from worker.fleet.gang_watch import GangWatch, wait_until_full
 from worker.fleet.health import DatabaseWatch
@@ -52,7 +53,6 @@ from worker.fleet.launch import (
     ChildProcess,
     advertised_address,
     gang_ports,
-    job_machines,
     reserve_port,
     terminate,
 )
@@ -144,7 +144,7 @@ class JobSupervisor:
         self._log_copied_size = -1
         self._oom_kills_before: int | None = None
         # A job of several machines: this worker is its rank 0 (worker/fleet/gang_member.py: the others).
-        self._machines = job_machines(job)
+        self._machines = machines_of(job.spec)
         self._launch_gang = launch_gang
         self._seat: Seat | None = None
         self._reserved: socket.socket | None = None  # the rendezvous port, held until the launch
