@@ -126,9 +126,7 @@ class GangMember:
                 )
                 # Nothing of a member may be written once its attempt has ended: no grace.
                 terminate(child, grace_s=0.0, first=signal.SIGKILL)
-                if self._stopping.is_set():
-                    self._leave()
-                return None
+                return None  # on a worker's stop, `run` then leaves the seat
         return returncode
 
     def _leave(self) -> None:
