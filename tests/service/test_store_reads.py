@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 
 LINE = b"step %06d: loss 0.123456789 " + b"x" * 60 + b"\n"
 UPLOADS = 150
+OUTAGE_MAX_S = 15.0
 
 
 def _growing_log(path: Path, stop: threading.Event, uploaded: list[int], settings: Any, key: str) -> None:
@@ -60,15 +61,20 @@ def test_log_reads_racing_reuploads_and_an_outage_answer_200_or_503(
         try:
             while not uploaded:
                 time.sleep(0.05)
-            # The store away for a moment, once, while the reads go on: taken down from this loop after
-            # a few uploads (timers from the first upload once fired after the writer had ended, on a
-            # loaded machine, and no read met the outage).
-            outage: list[threading.Timer] = []
+            # The store away once while the reads go on: taken down from this loop after a few uploads
+            # (timers from the first upload once fired after the writer had ended, on a loaded machine,
+            # and no read met the outage), and back once a read has met it (a fixed 3 s outage was
+            # once spent whole inside one read's retries, on a loaded machine: no read answered 503)
+            # or after OUTAGE_MAX_S, well inside the writer's 30 s of retries.
+            outage_since: float | None = None
             while writer.is_alive():
-                if not outage and len(uploaded) >= 3:
+                if outage_since is None and len(uploaded) >= 3:
                     s3_endpoint.down()
-                    outage.append(threading.Timer(3.0, s3_endpoint.up))
-                    outage[0].start()
+                    outage_since = time.monotonic()
+                elif outage_since is not None and (
+                    answers[503] or time.monotonic() - outage_since > OUTAGE_MAX_S
+                ):
+                    s3_endpoint.up()
                 for params in ({}, {"tail": 3}):
                     answer = api.get(f"/v1/jobs/{job_id}/logs", params=params)
                     answers[answer.status_code] += 1
