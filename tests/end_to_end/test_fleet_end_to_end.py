@@ -116,7 +116,10 @@ def event_times(settings: Settings, job_id: int) -> list[tuple[str, datetime]]:
         db.dispose()
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+# The fleet's database only: a SIGKILLed worker's lease expiring and another worker resuming on
+# SQLite is tests/worker/test_worker_outages.py's killed worker (both databases); the job process
+# that watches its worker is the same on either (issue 36, item 7: a second run repeated it).
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_sigkill_of_the_worker_alone_ends_its_job_process_and_another_worker_resumes(
     settings_factory: Any, db_url: str, tmp_path: Path
 ) -> None:

@@ -5,11 +5,12 @@ database the real one. Over gloo on the CPU, a tiny BERT, real GLUE rows.
 
 - Two machines of one process each train to the same loss rows (within float tolerance) as one machine
   with two processes, at the same global batch and seed.
-- The rank-1 worker SIGKILLed mid-run: rank 0 ends the attempt (a machine of the gang was lost,
-  naming it), the job resumes once from its declared checkpoint on a new gang whose members fetch the
-  job's uploaded files and the checkpoint from the store, every metric row once, and it succeeds.
-- Fencing: a member paused (SIGSTOP, its worker and its processes) until its seat is gone wakes up,
-  writes nothing (no rows, no checkpoint, nothing in the store) and its processes exit.
+- One job, two failures, one fleet: the rank-1 worker SIGKILLed mid-run (rank 0 ends the attempt, "a
+  machine of the gang was lost", naming it), then on the next gang a member paused (SIGSTOP, its worker
+  and its processes) until its seat is gone. Each time the job resumes from its declared checkpoint on a
+  new gang whose members fetch the job's uploaded files and the checkpoint from the store; every metric
+  row is there once, and it succeeds. Fencing: the paused member, woken, writes nothing (no rows, no
+  checkpoint, nothing in the store) and its processes exit.
 """
 
 from __future__ import annotations
@@ -248,60 +249,60 @@ def test_two_machines_train_as_one_machine_with_two_processes(fleet: Fleet) -> N
     assert accuracy[gang["id"]] == pytest.approx(accuracy[single["id"]])
 
 
-def test_a_lost_member_ends_the_attempt_and_the_job_resumes_once_on_a_new_gang(
+def _checkpoint_past(client: httpx.Client, job_id: int, step: int) -> None:
+    """Wait for a checkpoint of the job saved after `step`."""
+    wait_for(
+        lambda: any(c["step"] > step for c in get(client, f"/v1/jobs/{job_id}/checkpoints")["data"]),
+        timeout_s=240,
+        interval_s=0.1,
+    )
+
+
+def _resumed_steps(client: httpx.Client, job_id: int) -> list[int]:
+    return [
+        int(e["data"]["step"])
+        for e in _events(client, job_id)
+        if e["message"].startswith("resumed from checkpoint-")
+    ]
+
+
+def test_a_lost_member_then_a_paused_one_end_their_attempts_and_the_job_resumes_on_new_gangs(
     fleet: Fleet, tmp_path: Path
 ) -> None:
+    """One job, two machine failures (one fleet for both: its start is most of the cost). Attempt 1 loses
+    its rank-1 machine to SIGKILL (its worker and its job processes); attempt 2, on a new gang, has its
+    rank-1 machine paused (SIGSTOP) until its seat is gone; attempt 3 succeeds. Each attempt resumes
+    from the last declared checkpoint, and the paused machine, woken, writes nothing."""
     with api(fleet) as client:
         job = submit(client, _long_spec(client, tmp_path))
         fleet.start("m1", "127.0.0.2")
         fleet.start("m2", "127.0.0.3")
-        wait_for(
-            lambda: get(client, f"/v1/jobs/{job['id']}/checkpoints")["data"], timeout_s=240, interval_s=0.1
-        )
-        # The rank-1 machine dies: its worker and its job processes.
+        _checkpoint_past(client, job["id"], 0)
+        # Attempt 1: the rank-1 machine dies, its worker and its job processes.
         lost = _member(client, job["id"], rank=1, attempt=1)
-        name = _worker_name(lost, fleet)
-        victim = fleet.workers[name]
+        victim = fleet.workers[_worker_name(lost, fleet)]
         for pid in [victim.pid, *_descendants(victim.pid)]:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         victim.wait()
-        # A third machine comes: the next attempt is a new gang (the survivor and it).
+        # A third machine comes: attempt 2 is a new gang (the survivor and it).
         fleet.start("m3", "127.0.0.4")
+        wait_for(lambda: _resumed_steps(client, job["id"]), timeout_s=240)
+        [first_resume] = _resumed_steps(client, job["id"])
+        assert first_resume > 0
+        _checkpoint_past(client, job["id"], first_resume)
 
-        done = _ended(client, job["id"], fleet)
-        assert done["status"] == "succeeded", (done["error"], fleet.logs())
-        assert done["attempts"] == 2
-        events = _events(client, job["id"])
-        failed = [e["message"] for e in events if "a machine of the gang was lost" in e["message"]]
-        assert len(failed) == 1 and f"worker {lost} (machine rank 1)" in failed[0], failed
-        resumed = [e for e in events if e["message"].startswith("resumed from checkpoint-")]
-        assert len(resumed) == 1, [e["message"] for e in events]
-        assert resumed[0]["data"]["step"] > 0
-        # Every step's row once: the steps the lost attempt logged past its checkpoint were logged again.
-        rows = all_metrics(client, job["id"])
-        assert steps_of(rows, "train", "loss") == list(range(1, 97))
-
-
-def test_a_paused_member_that_wakes_after_its_seat_is_gone_writes_nothing(
-    fleet: Fleet, tmp_path: Path, s3_url: str
-) -> None:
-    with api(fleet) as client:
-        job = submit(client, _long_spec(client, tmp_path))
-        fleet.start("m1", "127.0.0.2")
-        fleet.start("m2", "127.0.0.3")
-        wait_for(
-            lambda: get(client, f"/v1/jobs/{job['id']}/checkpoints")["data"], timeout_s=240, interval_s=0.1
-        )
-        paused = fleet.workers[_worker_name(_member(client, job["id"], rank=1, attempt=1), fleet)]
+        # Attempt 2: its rank-1 machine is paused, worker and processes, until its seat is gone.
+        paused_id = _member(client, job["id"], rank=1, attempt=2)
+        paused = fleet.workers[_worker_name(paused_id, fleet)]
         processes = _descendants(paused.pid)
         assert processes, "the member runs its processes"
         for pid in [paused.pid, *processes]:
             os.kill(pid, signal.SIGSTOP)
         try:
-            # Rank 0 ends the attempt once the member is silent for a lease; a new machine makes the
-            # next gang, and the job succeeds without the paused one.
-            fleet.start("m3", "127.0.0.4")
+            # Rank 0 ends the attempt once the member is silent for a lease; a fourth machine makes
+            # the next gang, and the job succeeds without the paused one.
+            fleet.start("m4", "127.0.0.5")
             done = _ended(client, job["id"], fleet)
         finally:
             snapshot_rows = all_metrics(client, job["id"])
@@ -312,7 +313,16 @@ def test_a_paused_member_that_wakes_after_its_seat_is_gone_writes_nothing(
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
         assert done["status"] == "succeeded", (done["error"], fleet.logs())
-        assert done["attempts"] == 2
+        assert done["attempts"] == 3
+        events = _events(client, job["id"])
+        failed = [e["message"] for e in events if "a machine of the gang was lost" in e["message"]]
+        assert len(failed) == 2, failed
+        assert f"worker {lost} (machine rank 1)" in failed[0], failed
+        assert f"worker {paused_id} (machine rank 1)" in failed[1], failed
+        resumed = _resumed_steps(client, job["id"])
+        assert len(resumed) == 2 and first_resume < resumed[1], resumed
+        # Every step's row once: the steps a lost attempt logged past its checkpoint were logged again.
+        assert steps_of(snapshot_rows, "train", "loss") == list(range(1, 97))
 
         # Awake: its watch finds the seat gone and its processes go, having written nothing.
         wait_for(lambda: not any(running(pid) for pid in processes), timeout_s=60)
@@ -320,4 +330,3 @@ def test_a_paused_member_that_wakes_after_its_seat_is_gone_writes_nothing(
         assert all_metrics(client, job["id"]) == snapshot_rows
         assert get(client, f"/v1/jobs/{job['id']}/checkpoints")["data"] == snapshot_checkpoints
         assert [(f.path, f.size, f.modified) for f in store.list(f"jobs/{job['id']}")] == snapshot_store
-        assert steps_of(snapshot_rows, "train", "loss") == list(range(1, 97))

@@ -97,6 +97,10 @@ def broken_models(settings_factory: Any, tmp_path: Path, models_dir: Path) -> Pa
     return folder
 
 
+@pytest.mark.e2e  # a live API and a real worker
+# One database: a failed job's error and events are worded above the database, whose writes have
+# their tests on both; a second end-to-end run repeated the same API and worker (issue 36, item 7).
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_failed_jobs_error_and_events_name_no_frame_and_no_worker_folder(
     settings_factory: Any, db_url: str, broken_models: Path, tmp_path: Path
 ) -> None:

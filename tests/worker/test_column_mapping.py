@@ -56,9 +56,14 @@ def upload(api: httpx.Client, path: Path, **fields: str) -> httpx.Response:
     return api.post("/v1/files", files={"file": (path.name, path.read_bytes())}, data=fields)
 
 
-# --- end to end: upload, dry run and a real worker's training, on both databases --------------------
+# --- end to end: upload, dry run and a real worker's training ---------------------------------------
 
 
+@pytest.mark.e2e  # a live API and a real worker
+# One database: the mapping's upload checks, dry run and training are above the database, whose reads
+# and writes have their tests on both; a second end-to-end run repeated the same API and worker
+# (issue 36, item 7).
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_review_sentiment_csv_is_uploaded_dry_run_and_trained_through_the_mapping(
     settings: Settings, tmp_path: Path
 ) -> None:
