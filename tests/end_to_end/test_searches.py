@@ -594,7 +594,9 @@ def _finished(client: httpx.Client, search_id: int) -> dict[str, Any] | None:
 
 
 # e2e: a live API and a `gluejobs` process per command (out of `make test-fast`, like the rest here).
+# One database: the commands speak HTTP; the search's rows and lock are the test above's, on both.
 @pytest.mark.e2e
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_command_line_creates_shows_lists_and_cancels_a_search(settings: Settings, db: Database) -> None:
     """`gluejobs search create|show|ls|cancel` against a live API. The test drives the search itself:
     the API's own driver is off, or it could hold the search's lease when the test's turn comes."""

@@ -38,6 +38,9 @@ def _places_of_the_store(settings: Settings, endpoint: S3Endpoint) -> list[str]:
     return ["s3://", bucket, PREFIX, endpoint.url, f":{endpoint.port}", "127.0.0.1"]
 
 
+# One database: the answers are the API's, above it; Postgres with the S3 store down is
+# tests/service/test_user_views_have_no_places.py's outage walk of every GET route (issue 36, item 7).
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_store_outage_answers_503_naming_no_endpoint_bucket_or_prefix(
     settings_factory: Any,
     db_url: str,
