@@ -90,7 +90,14 @@ def submit(client: httpx.Client, spec: dict[str, Any], **body: Any) -> dict[str,
 
 
 def get(client: httpx.Client, path: str, **params: Any) -> Any:
-    response = client.get(path, params=params)
+    try:
+        response = client.get(path, params=params)
+    except httpx.RemoteProtocolError:
+        # A kept-alive connection the API closed as the request went out: the expiry margin above
+        # makes it rare, a machine loaded enough to hold the last answer back makes it possible (a
+        # full run once lost a poll so). A GET is sent again, as the gluejobs client retries every
+        # idempotent call after a transport error.
+        response = client.get(path, params=params)
     assert response.status_code == 200, response.text
     return response.json()
 
