@@ -24,8 +24,12 @@ A pure ASGI middleware, so it sees each request before Starlette reads a byte of
 Why not Starlette's RequestBodyLimitMiddleware (FastAPI's `max_body_size`)? It counts received bytes
 too, but when Content-Length is over the limit it replaces whatever response the app sends, the 401
 above included, with a plain-text 413 instead of the API's error body; and as the app-wide limit it
-sits outside every user middleware, so this guard could not answer first. Both early answers here
-close the connection, so the server does not go on reading a body nobody will use.
+sits outside every user middleware, so this guard could not answer first. An early answer to a
+request whose declared body is small (REFUSED_BODY_READ_BYTES, read within GLUEJOBS_BODY_TIMEOUT_S)
+reads that body first and keeps the connection: closing a socket with unread bytes in it makes the
+kernel reset the connection, and a client still sending its body could then lose the answer itself
+(a read-only key's 403 came back as "connection reset"). Any other early answer closes the
+connection, so the server does not go on reading a body nobody will use.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ MODEL_UPLOAD_PATH = "/v1/models"  # a model folder's tar, up to GLUEJOBS_MAX_MOD
 # The multipart framing around an upload's file: its headers and small form fields.
 UPLOAD_FRAMING_BYTES = 64 * 1024
 MIN_UPLOAD_BYTES_PER_S = 64 * 1024
+# A refused request's body up to this size (declared by Content-Length) is read before the answer, so
+# the answer arrives and the connection stays open; a larger or chunked one's connection is closed.
+REFUSED_BODY_READ_BYTES = 64 * 1024
 
 
 def too_large_message(max_body_bytes: int) -> str:
@@ -198,8 +205,8 @@ class RequestGuard:
 
         return capped_receive
 
-    @staticmethod
     async def _refuse(
+        self,
         status: int,
         code: str,
         message: str,
@@ -209,8 +216,29 @@ class RequestGuard:
         headers: dict[str, str] | None = None,
     ) -> None:
         response = error_response(status, code, message, headers=headers)
-        response.headers["Connection"] = "close"
+        if status == 413 or not await self._read_small_body(scope, receive):
+            response.headers["Connection"] = "close"
         await response(scope, receive, send)
+
+    async def _read_small_body(self, scope: Scope, receive: Receive) -> bool:
+        """True once a refused request's whole body has been read: none, or a declared length of at
+        most REFUSED_BODY_READ_BYTES that arrived within the body timeout."""
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
+        if declared is None:
+            return "transfer-encoding" not in headers
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > REFUSED_BODY_READ_BYTES:
+            return False
+        received = 0
+        with anyio.move_on_after(self.body_timeout_s):
+            while received <= REFUSED_BODY_READ_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return False
+                received += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return received <= REFUSED_BODY_READ_BYTES
+        return False
 
 
 def _no_sniffing(send: Send) -> Send:

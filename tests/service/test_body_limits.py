@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import select
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,3 +171,28 @@ def test_anonymous_upload_is_refused_before_its_body_is_read(
 
     assert peak_rss_bytes(pid) - baseline < MEMORY_SLACK_BYTES, (baseline, peak_rss_bytes(pid))
     assert_lists_still_work(client, db, 3)
+
+
+# Refused before the route runs: the database never sees these bodies, so one database is enough.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_refused_small_body_is_read_and_its_connection_kept(
+    api: tuple[httpx.Client, int], db: Database
+) -> None:
+    """Closing a socket with the client's body still arriving resets the connection, and the client
+    can lose the answer with it; so a small refused body is read first and the connection stays open."""
+    client, _ = api
+    connection = http.client.HTTPConnection(client.base_url.host, client.base_url.port, timeout=30)
+    body = json.dumps({"spec": SPEC}).encode()
+    connection.putrequest("POST", "/v1/jobs")
+    for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body))}.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    time.sleep(0.3)  # the body arrives after the server has seen there is no key
+    connection.send(body)
+    refused = connection.getresponse()
+    assert refused.status == 401 and json.loads(refused.read())["error"]["code"] == "unauthorized"
+    assert refused.getheader("connection") != "close"
+    connection.request("GET", "/v1/jobs", headers=AS_ALICE)  # the same connection, the next request
+    listed = connection.getresponse()
+    assert listed.status == 200 and len(json.loads(listed.read())["data"]) == 3
+    connection.close()
