@@ -16,6 +16,7 @@ TEST_WORKERS ?= 4
 PYTEST_DIST := -n $(TEST_WORKERS) --dist worksteal
 # The project's importable sources (make bytecode compiles them).
 SOURCES := gluejobs gluejobs_server service shared worker alembic tests bench
+COMPILE_SOURCES = $(BIN)/python -m compileall -q -j 0 $(SOURCES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install install-test demo stop test test-fast bytecode lint docs bench dist install-figures clean
@@ -63,7 +64,7 @@ test: install-test $(CHROMIUM)
 ## make test-fast: the quick loop, SQLite only: no Postgres, nothing that starts servers or workers
 ## (e2e) and no slow training (a few minutes; `make test` before a merge).
 test-fast: install-test
-	$(BIN)/python -m compileall -q -j 0 $(SOURCES)
+	$(COMPILE_SOURCES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest $(PYTEST_DIST) -m "not slow and not e2e and not postgres"
 
 ## make bytecode: the project's modules compiled, and the test modules as pytest rewrites their asserts,
@@ -74,7 +75,7 @@ test-fast: install-test
 ## API start 0.35). Reading a cached file is allowed with the variable set; only writing is not.
 ## `make test` runs this beside mypy, which leaves the second core idle.
 bytecode: install-test
-	$(BIN)/python -m compileall -q -j 0 $(SOURCES)
+	$(COMPILE_SOURCES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q -p no:cacheprovider > /dev/null || true
 
 ## make lint: ruff (lint and format) and mypy.
