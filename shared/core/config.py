@@ -227,7 +227,7 @@ class WorkerSettings(_FromEnvironment):
         default=None,
         pattern=r"^\s*\d{1,5}\s*-\s*\d{1,5}\s*$",
         description="FIRST-LAST: the ports rank 0 may reserve for a gang's rendezvous (open these between "
-        "workers); unset: any free port the system picks",
+        "workers); unset: a free port below the system's ephemeral range",
     )
     gang_fill_s: float = Field(
         default=120.0,

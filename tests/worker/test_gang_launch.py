@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,39 @@ def test_the_command_names_the_whole_gang_and_this_machines_rank() -> None:
     assert command[14:18] == ["--dynamo_backend", "no", "--module", "worker.fleet.child"]
 
 
+def test_the_reserved_port_is_free_on_every_address_as_the_rendezvous_needs() -> None:
+    # torch's TCPStore (rank 0's launcher) listens on every address: a port taken on 127.0.0.1 only
+    # fails its bind, so reserving it for 127.0.0.2 must fail too.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        with pytest.raises(OSError, match="no free port"):
+            reserve_port(RANK0_ADDRESS, range(port, port + 1))
+    # Unconfigured, the port is below the ephemeral range, which outgoing connections draw from.
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    held = reserve_port(RANK0_ADDRESS)
+    try:
+        assert 1024 <= int(held.getsockname()[1]) < low
+    finally:
+        held.close()
+
+
+def _wait_for_both(launches: list[subprocess.Popen[str]], bound_s: float) -> list[str]:
+    """Both launchers' output once both have exited; one that fails first (its rendezvous did not
+    form) stops the other at once instead of leaving it waiting for a rank 0 that is gone."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        codes = [launch.poll() for launch in launches]
+        if all(code is not None for code in codes) or any(code for code in codes):
+            break
+        time.sleep(0.2)
+    for launch in launches:
+        if launch.poll() is None:
+            os.killpg(launch.pid, signal.SIGKILL)
+    return [launch.communicate()[0] for launch in launches]
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_two_machines_form_one_group_over_gloo_and_leave_no_port(tmp_path: Path) -> None:
@@ -53,7 +88,7 @@ def test_two_machines_form_one_group_over_gloo_and_leave_no_port(tmp_path: Path)
                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
             )
         )  # fmt: skip
-    outputs = [launch.communicate(timeout=240)[0] for launch in launches]
+    outputs = _wait_for_both(launches, bound_s=240)
 
     assert [launch.returncode for launch in launches] == [0, 0], outputs
     seen = [

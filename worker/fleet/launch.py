@@ -12,6 +12,7 @@ Torch-free: the worker's parent imports this module.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -168,19 +169,42 @@ def gang_command(
 
 
 def reserve_port(address: str, ports: range | None = None) -> socket.socket:
-    """A bound socket on `address` (a port of `ports`, else any free one) that holds the gang's
-    rendezvous port until rank 0 launches: the caller closes it just before, so no other job of this
-    machine takes the port in between."""
-    candidates = list(ports) if ports is not None else [0]
+    """A bound socket that holds the gang's rendezvous port until rank 0 launches: the caller closes
+    it just before, so no other job of this machine takes the port in between.
+
+    The port is checked the way rank 0's launcher will use it: torch's TCPStore listens on every
+    address, so a port that is free on `address` alone but taken on another (an API on 127.0.0.1, a
+    database connection's local end) would fail the launch with EADDRINUSE. So the socket binds the
+    wildcard; `address` is only what the other machines are told. Without `ports`, the port is one
+    below the system's ephemeral range: a port from that range can be handed to any outgoing
+    connection in the moment between closing this socket and the launcher's bind."""
+    candidates = list(ports) if ports is not None else _ports_outside_the_ephemeral_range()
     for port in candidates:
         sock = socket.socket()
         try:
-            sock.bind((address, port))
+            sock.bind(("", port))
         except OSError:
             sock.close()
             continue
         return sock
-    raise OSError(f"no free port on {address} in {ports}")
+    raise OSError(f"no free port for a gang's rendezvous on {address} in {ports or 'the free ports'}")
+
+
+# Linux's default ephemeral range starts here (macOS's and Windows' at 49152): the fallback when
+# /proc does not say.
+_EPHEMERAL_LOW_DEFAULT = 32768
+_RENDEZVOUS_BAND = 8192  # how many ports below the ephemeral range rank 0 tries, in random order
+
+
+def _ports_outside_the_ephemeral_range() -> list[int]:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = _EPHEMERAL_LOW_DEFAULT
+    first = max(1024, low - _RENDEZVOUS_BAND)
+    candidates = list(range(first, low)) or list(range(1024, 65536))
+    random.shuffle(candidates)  # workers of one machine reserving at once try different ports
+    return candidates
 
 
 def gang_ports(settings: Settings) -> range | None:
