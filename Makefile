@@ -32,9 +32,14 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml server/pyproject.toml
 	$(BIN)/pip install --quiet -e . -e "./server[demo]"
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e ".[test,docs]" -e "./server[demo,mlflow,s3-test]"
-	touch $@
+# The test environment in one pip run (torch pinned in the same resolution), without compiling
+# bytecode: pip compiles all of it, one file after another (about 22,000 files, 63 CPU-seconds on
+# the 2-core machine), where the suite imports about 2,000; the suite writes the caches of what it
+# imports as it goes (`make test`, `make test-fast`: PYTHONDONTWRITEBYTECODE is cleared for them).
+# It installs everything `make install` does, so it stamps that too.
+$(VENV)/.installed-test: $(BIN)/python pyproject.toml server/pyproject.toml
+	$(BIN)/pip install --quiet --no-compile "$(TORCH_SPEC)" -e ".[test,docs]" -e "./server[demo,mlflow,s3-test]"
+	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
 
@@ -57,9 +62,12 @@ stop:
 ## chromium (Debian's package) for the dashboard's browser test when it is missing. The docs site is
 ## built too (tests/project/test_docs.py: mkdocs build --strict) and every page's commands run
 ## (test_readme_commands). CI runs this.
-test: install-test $(CHROMIUM)
+## The steps that do not need each other run two at a time: pip beside apt's chromium (a download,
+## then dpkg), mypy beside the bytecode (mypy leaves the second core idle).
+test:
+	$(MAKE) --no-print-directory -j2 install-test $(CHROMIUM)
 	$(MAKE) --no-print-directory -j2 lint bytecode
-	$(BIN)/pytest $(PYTEST_DIST) --durations=25
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest $(PYTEST_DIST) --durations=25
 
 ## make test-fast: the quick loop, SQLite only: no Postgres, nothing that starts servers or workers
 ## (e2e) and no slow training (a few minutes; `make test` before a merge).
@@ -67,13 +75,14 @@ test-fast: install-test
 	$(COMPILE_SOURCES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest $(PYTEST_DIST) -m "not slow and not e2e and not postgres"
 
-## make bytecode: the project's modules compiled, and the test modules as pytest rewrites their asserts,
-## once, before the suite. The suite starts hundreds of interpreters (APIs, workers, warm-start
-## templates, jobs, commands) over this tree, and each of the four test processes collects every test
-## module: where PYTHONDONTWRITEBYTECODE is set (it is on the CI machine) nothing is cached, and every
-## one of them compiled the same sources again (a test process 8-10 CPU-seconds of its collection, an
-## API start 0.35). Reading a cached file is allowed with the variable set; only writing is not.
-## `make test` runs this beside mypy, which leaves the second core idle.
+## make bytecode: the project's modules compiled, and the test modules as pytest rewrites their asserts
+## (with the libraries collection imports: torch, transformers ...), once, before the suite. The suite
+## starts hundreds of interpreters (APIs, workers, warm-start templates, jobs, commands), and each of
+## its four test processes collects every test module: with nothing cached, each of them compiled the
+## same sources again (a test process 8-10 CPU-seconds of its collection, an API start 0.35). Where
+## PYTHONDONTWRITEBYTECODE is set (it is on the CI machine) this clears it, as `make test` does for the
+## suite: the caches land in this tree and in .venv. `make test` runs this beside mypy, which leaves
+## the second core idle.
 bytecode: install-test
 	$(COMPILE_SOURCES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q -p no:cacheprovider > /dev/null || true
