@@ -87,11 +87,13 @@ bytecode: install-test
 	$(COMPILE_SOURCES)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q -p no:cacheprovider > /dev/null || true
 
-## make lint: ruff (lint and format) and mypy.
+## make lint: ruff (lint and format) and mypy, in two processes (mypy's --num-workers: a cold check
+## of the project took 58 s in one and 41 s in two on the 2-core machine).
+MYPY_WORKERS ?= 2
 lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/mypy --num-workers $(MYPY_WORKERS)
 
 ## make docs: the documentation site (mkdocs.yml, docs/) into site/, every warning an error.
 docs: install-test
