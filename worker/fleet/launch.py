@@ -187,7 +187,8 @@ def reserve_port(address: str, ports: range | None = None) -> socket.socket:
             sock.close()
             continue
         return sock
-    raise OSError(f"no free port for a gang's rendezvous on {address} in {ports or 'the free ports'}")
+    where = f"in {ports.start}-{ports.stop - 1}" if ports is not None else "below the ephemeral range"
+    raise OSError(f"no free port for a gang's rendezvous on {address} {where}")
 
 
 # Linux's default ephemeral range starts here (macOS's and Windows' at 49152): the fallback when
