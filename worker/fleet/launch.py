@@ -209,7 +209,8 @@ def _ports_outside_the_ephemeral_range() -> list[int]:
 
 
 def gang_ports(settings: Settings) -> range | None:
-    """GLUEJOBS_GANG_PORTS ("29500-29599") as a range, or None (any free port)."""
+    """GLUEJOBS_GANG_PORTS ("29500-29599") as a range, or None (reserve_port then picks a port below
+    the ephemeral range)."""
     if settings.gang_ports is None:
         return None
     first, last = (int(part) for part in settings.gang_ports.split("-"))
