@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, make_url, text
+from sqlalchemy.exc import OperationalError
 
 from shared.core import release
 from shared.core.db import WRITE_OPTION, Database
@@ -30,6 +32,13 @@ __all__ = ["alembic_config", "migrations_dir", "upgrade"]
 
 # An arbitrary constant that names gluejobs' migration lock among Postgres advisory locks.
 PG_MIGRATION_LOCK_ID = 0x6A0B5
+# Postgres' deadlock and lock-timeout errors (SQLSTATE). A migration that alters several tables takes
+# their locks one after another, while a running worker's transaction takes them in its own order (a
+# job's row, then its event or checkpoint): the two can wait on each other, and Postgres then aborts one
+# of them. When that is the migration, the whole upgrade was rolled back (it is one transaction) and
+# is run again; the worker's write went through meanwhile. Seen in a rolling upgrade under a running job.
+_LOCK_CONFLICTS = {"40P01", "55P03"}
+UPGRADE_TRIES = 5
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
@@ -41,10 +50,28 @@ def upgrade(db: Database, revision: str = "head") -> None:
     # A write transaction from its first statement (SQLite: BEGIN IMMEDIATE): one that read first
     # could not take the write lock once a worker had written meanwhile ("database is locked" at once,
     # whatever the busy timeout), which stopped an API restarted beside busy SQLite workers.
-    with _migration_lock(db), db.engine.connect() as connection:
-        connection.execution_options(**{WRITE_OPTION: True})
-        with connection.begin():
-            _upgrade(connection, config, db.dialect, head, target)
+    for attempt in range(1, UPGRADE_TRIES + 1):
+        try:
+            with _migration_lock(db), db.engine.connect() as connection:
+                connection.execution_options(**{WRITE_OPTION: True})
+                with connection.begin():
+                    _upgrade(connection, config, db.dialect, head, target)
+            return
+        except OperationalError as exc:
+            if attempt == UPGRADE_TRIES or not _lost_a_lock_conflict(exc):
+                raise
+            logger.warning(
+                "the migration waited on a running transaction that waited on it (%s): rolled back, "
+                "trying again (%d of %d)",
+                type(exc.orig).__name__,
+                attempt + 1,
+                UPGRADE_TRIES,
+            )
+            time.sleep(0.5 * attempt)
+
+
+def _lost_a_lock_conflict(exc: OperationalError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) in _LOCK_CONFLICTS
 
 
 def _upgrade(connection: Connection, config: Config, dialect: str, head: str, target: str) -> None:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from alembic import command
 from sqlalchemy import text
 
 from gluejobs_server.stack import free_port, stop
@@ -22,7 +21,8 @@ from shared import jobs_repo
 from shared.core import release
 from shared.core.config import Settings
 from shared.core.db import WRITE_OPTION, Database
-from shared.core.migrate import alembic_config, upgrade
+from shared.core.migrate import upgrade
+from tests.support.dbutil import downgrade
 from tests.support.e2e import worker_env
 from tests.support.kit import QUICK_JOB, REPO
 
@@ -87,14 +87,6 @@ def test_migrate_records_the_releases_that_fit_and_each_mismatch_has_its_line(db
     )
     upgrade(db)
     assert misfit(db) is None
-
-
-def downgrade(db: Database, revision: str) -> None:
-    """The database as the previous release left it (its schema, without this release's tables)."""
-    with db.engine.begin() as connection:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
 
 
 def previous_release_database(tmp_path: Path) -> tuple[str, Database]:

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from alembic import command
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shared import jobs_repo
 from shared.core.db import Database
+from shared.core.migrate import alembic_config
 from shared.core.tables import Base, Job, JobStatus
 from shared.jobs_repo import Claim
+
+
+def downgrade(db: Database, revision: str) -> None:
+    """The database as the previous release left it (its schema, without this release's tables)."""
+    with db.engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
 
 
 def count_rows(db: Database, model: type[Base]) -> int:
