@@ -21,6 +21,17 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
+# Postgres' deadlock and lock-not-available errors (SQLSTATE): the transaction was rolled back whole
+# because it and another waited on each other's locks; running it again can succeed.
+LOCK_CONFLICTS = frozenset({"40P01", "55P03"})
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """Whether `exc` is Postgres aborting the transaction for a lock conflict (SQLite's errors carry no
+    SQLSTATE: never)."""
+    return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) in LOCK_CONFLICTS
+
+
 @dataclass
 class Backoff:
     """Capped exponential backoff with full jitter (AWS's "full jitter"): many workers that lost the

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, make_url, text
-from sqlalchemy.exc import OperationalError
 
 from shared.core import release
 from shared.core.db import WRITE_OPTION, Database
+from shared.core.db_retries import Backoff, is_lock_conflict
 from shared.core.release import alembic_config, migrations_dir
 
 if TYPE_CHECKING:
@@ -32,12 +32,11 @@ __all__ = ["alembic_config", "migrations_dir", "upgrade"]
 
 # An arbitrary constant that names gluejobs' migration lock among Postgres advisory locks.
 PG_MIGRATION_LOCK_ID = 0x6A0B5
-# Postgres' deadlock and lock-timeout errors (SQLSTATE). A migration that alters several tables takes
-# their locks one after another, while a running worker's transaction takes them in its own order (a
-# job's row, then its event or checkpoint): the two can wait on each other, and Postgres then aborts one
-# of them. When that is the migration, the whole upgrade was rolled back (it is one transaction) and
-# is run again; the worker's write went through meanwhile. Seen in a rolling upgrade under a running job.
-_LOCK_CONFLICTS = {"40P01", "55P03"}
+# A migration that alters several tables takes their locks one after another, while a running worker's
+# transaction takes them in its own order (a job's row, then its event or checkpoint): the two can wait
+# on each other, and Postgres then aborts one of them. When that is the migration, the whole upgrade was
+# rolled back (it is one transaction) and is run again, this many times at most; the worker's write went
+# through meanwhile. Seen in a rolling upgrade under a running job.
 UPGRADE_TRIES = 5
 
 
@@ -47,6 +46,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
     config = alembic_config()
     head = release.schema_head()
     target = head if revision == "head" else revision
+    backoff = Backoff(base_s=0.5)  # between attempts that lost a lock conflict (UPGRADE_TRIES)
     # A write transaction from its first statement (SQLite: BEGIN IMMEDIATE): one that read first
     # could not take the write lock once a worker had written meanwhile ("database is locked" at once,
     # whatever the busy timeout), which stopped an API restarted beside busy SQLite workers.
@@ -57,21 +57,17 @@ def upgrade(db: Database, revision: str = "head") -> None:
                 with connection.begin():
                     _upgrade(connection, config, db.dialect, head, target)
             return
-        except OperationalError as exc:
-            if attempt == UPGRADE_TRIES or not _lost_a_lock_conflict(exc):
+        except Exception as exc:
+            if attempt == UPGRADE_TRIES or not is_lock_conflict(exc):
                 raise
             logger.warning(
                 "the migration waited on a running transaction that waited on it (%s): rolled back, "
                 "trying again (%d of %d)",
-                type(exc.orig).__name__,
+                type(getattr(exc, "orig", exc)).__name__,
                 attempt + 1,
                 UPGRADE_TRIES,
             )
-            time.sleep(0.5 * attempt)
-
-
-def _lost_a_lock_conflict(exc: OperationalError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) in _LOCK_CONFLICTS
+            time.sleep(backoff.next_delay())
 
 
 def _upgrade(connection: Connection, config: Config, dialect: str, head: str, target: str) -> None:
